@@ -1,0 +1,13 @@
+"""sb3-async: the asynchronous deep-RL algorithms for Stable-Baselines3."""
+
+import os
+
+from sb3_async.a3c import A3C
+from sb3_async.common.optimizers import MomentumSGD, SharedRMSprop
+from sb3_async.common.policies import MnihCNN
+from sb3_async.common.runtime import WorkerError
+
+with open(os.path.join(os.path.dirname(__file__), "version.txt")) as file_handler:
+    __version__ = file_handler.read().strip()
+
+__all__ = ["A3C", "MnihCNN", "MomentumSGD", "SharedRMSprop", "WorkerError", "__version__"]

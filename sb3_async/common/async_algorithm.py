@@ -1,0 +1,357 @@
+"""``AsyncAlgorithm``: the SB3 side of every sb3_async algorithm.
+
+``learn()`` runs in the main process exactly as SB3 users expect: ``num_timesteps`` is the global step count of all
+workers, callbacks get ``on_step()`` once per ``n_envs`` steps of progress with the usual locals, episode statistics
+fill ``ep_info_buffer``, and the logger writes ``rollout/``, ``time/`` and ``train/`` keys. The workers themselves
+are started, supervised and stopped by :mod:`sb3_async.common.runtime`; an algorithm only says what its workers run
+(:meth:`AsyncAlgorithm._worker_specs`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from abc import abstractmethod
+from collections import deque
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.utils import safe_mean
+from stable_baselines3.common.vec_env import VecEnv
+
+from sb3_async.common.env_util import EnvRecipe, WorkerEnvsView
+from sb3_async.common.runtime import BACKENDS, START_METHODS, Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
+
+SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
+
+
+def check_int(name: str, value: Any, minimum: int = 1) -> int:
+    """``value`` as an int >= ``minimum``, or a ``TypeError``/``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"Invalid {name}={value!r}: expected an integer >= {minimum}")
+    if value < minimum:
+        raise ValueError(f"Invalid {name}={value!r}: expected an integer >= {minimum}")
+    return int(value)
+
+
+def check_float(name: str, value: Any, low: float = 0.0, high: float = math.inf, high_inclusive: bool = True) -> float:
+    """``value`` as a finite float in ``[low, high]``, or a ``TypeError``/``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"Invalid {name}={value!r}: expected a number")
+    value = float(value)
+    if not math.isfinite(value) or value < low or value > high or (value == high and not high_inclusive):
+        bracket = "]" if high_inclusive else ")"
+        raise ValueError(f"Invalid {name}={value!r}: expected a finite number in [{low}, {high}{bracket}")
+    return value
+
+
+def check_learning_rate(value: Any) -> float | Schedule:
+    if callable(value):
+        return value
+    return check_float("learning_rate", value)
+
+
+class StatsReporter:
+    """Worker side of the statistics flow: episodes, training metrics and the latest observation, sent in batches.
+
+    :param ctx: the worker's context
+    :param env_offset: global index of this worker's first env
+    :param interval: seconds between two messages
+    """
+
+    def __init__(self, ctx: WorkerContext, env_offset: int, interval: float = 0.05):
+        self.ctx, self.env_offset, self.interval = ctx, env_offset, interval
+        self._episodes: list[tuple[int, dict[str, Any]]] = []
+        self._train: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+        self._next = time.monotonic() + interval
+        self._start = time.monotonic()
+
+    def record_infos(self, dones: np.ndarray, infos: list[dict[str, Any]]) -> None:
+        for i in np.flatnonzero(dones):
+            info = infos[i]
+            episode = info.get("episode")
+            if episode is not None:
+                entry = dict(episode=episode)
+                if "is_success" in info:
+                    entry["is_success"] = info["is_success"]
+                self._episodes.append((self.env_offset + int(i), entry))
+
+    def record_train(self, **metrics: float) -> None:
+        for key, value in metrics.items():
+            self._train[key] = self._train.get(key, 0.0) + float(value)
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def maybe_flush(self, obs: Any, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now < self._next:
+            return
+        self._next = now + self.interval
+        train = {key: value / self._counts[key] for key, value in self._train.items()}
+        self.ctx.send("stats", dict(episodes=self._episodes, train=train, obs=obs, env_offset=self.env_offset))
+        self._episodes, self._train, self._counts = [], {}, {}
+
+
+class AsyncAlgorithm(BaseAlgorithm):
+    """Base class of the asynchronous algorithms: SB3's ``learn()`` contract on top of the runtime.
+
+    :param policy: policy class or alias (``"MlpPolicy"``, ``"CnnPolicy"``, ...)
+    :param env: an env id, a factory returning a ``gym.Env``, a ``gym.Env`` or a ``VecEnv``; each worker builds
+        ``n_envs_per_worker`` copies of it
+    :param learning_rate: learning rate, constant or a schedule of the progress remaining (1 → 0), global progress
+    :param n_workers: worker processes (the paper's actor-learner threads); default: the number of CPU cores
+    :param n_envs_per_worker: envs stepped by each worker, their inference batched (1 as in the paper)
+    :param backend: ``"mp"``: processes on this machine
+    :param start_method: ``"forkserver"`` (default), ``"spawn"`` or ``"fork"``
+    :param policy_kwargs: passed to the policy on creation
+    :param stats_window_size: episodes averaged for ``rollout/`` logging
+    :param tensorboard_log: TensorBoard log folder
+    :param verbose: 0 silent, 1 training info, 2 debug
+    :param seed: base seed; worker ``i`` uses ``seed + i``
+    :param device: device of the main process' networks; workers always run on CPU
+    :param supported_action_spaces: action spaces the algorithm accepts
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {}
+    policy: BasePolicy
+
+    def __init__(
+        self,
+        policy: str | type[BasePolicy],
+        env: GymEnv | str | Any | None,
+        learning_rate: float | Schedule,
+        n_workers: int | None = None,
+        n_envs_per_worker: int = 1,
+        backend: str = "mp",
+        start_method: str = "forkserver",
+        policy_kwargs: dict[str, Any] | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: torch.device | str = "auto",
+        supported_action_spaces: tuple[type[spaces.Space], ...] | None = None,
+    ):
+        self.n_workers = check_int("n_workers", (os.cpu_count() or 1) if n_workers is None else n_workers)
+        self.n_envs_per_worker = check_int("n_envs_per_worker", n_envs_per_worker)
+        if backend not in BACKENDS:
+            raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")
+        if start_method not in START_METHODS:
+            raise ValueError(f"Invalid start_method={start_method!r}: expected one of {', '.join(START_METHODS)}")
+        self.backend, self.start_method = backend, start_method
+        if isinstance(policy, str) and policy not in self.policy_aliases:
+            raise ValueError(f"Invalid policy={policy!r}: expected one of {', '.join(self.policy_aliases)} or a policy class")
+        learning_rate = check_learning_rate(learning_rate)
+
+        self._env_recipe: EnvRecipe | None = None
+        self._given_env_recipe: EnvRecipe | None = None
+        template: GymEnv | None = None
+        if env is not None:
+            self._given_env_recipe = self._env_recipe = EnvRecipe(env)
+            template = env if isinstance(env, VecEnv) else self._env_recipe.make_env()
+
+        super().__init__(
+            policy=policy,
+            env=template,
+            learning_rate=learning_rate,
+            policy_kwargs=policy_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            verbose=verbose,
+            device=device,
+            support_multi_env=True,
+            seed=seed,
+        )
+        if env is not None and supported_action_spaces is not None and not isinstance(self.action_space, supported_action_spaces):
+            accepted = ", ".join(cls.__name__ for cls in supported_action_spaces)
+            raise ValueError(f"Invalid env: {type(self).__name__} supports {accepted} action spaces, got {self.action_space}")
+        self._use_worker_view()
+        self._train_stats: dict[int, dict[str, float]] = {}
+
+    @property
+    def n_envs_total(self) -> int:
+        return self.n_workers * self.n_envs_per_worker
+
+    def _use_worker_view(self) -> None:
+        self.n_envs = self.n_envs_total
+        if self.env is not None and not isinstance(self.env, WorkerEnvsView):
+            self.env = WorkerEnvsView(self.env, self.n_envs_total)
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_given_env_recipe", "_train_stats"]
+
+    def _setup_model(self) -> None:
+        # Runs again in load(), after the saved attributes replaced ours: an env given to load() wins.
+        if getattr(self, "_given_env_recipe", None) is not None:
+            self._env_recipe = self._given_env_recipe
+        self._use_worker_view()
+        self._train_stats = {}
+        self._setup_lr_schedule()
+        self.set_random_seed(self.seed)
+
+    def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
+        recipe = EnvRecipe(env)
+        template = env if isinstance(env, VecEnv) else recipe.make_env()
+        wrapped = self._wrap_env(template, self.verbose)
+        from stable_baselines3.common.utils import check_for_correct_spaces
+
+        check_for_correct_spaces(wrapped, self.observation_space, self.action_space)
+        self._env_recipe = self._given_env_recipe = recipe
+        self.env = WorkerEnvsView(wrapped, self.n_envs_total)
+        self.n_envs = self.n_envs_total
+        if force_reset:
+            self._last_obs = None
+
+    # --- what each algorithm provides -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def _worker_specs(self) -> list[WorkerSpec]:
+        """The workers to run for one ``learn()`` call (after :meth:`_share_state`)."""
+
+    @abstractmethod
+    def _share_state(self) -> None:
+        """Move everything the workers update (parameters, optimizer statistics) to shared memory."""
+
+    def _log_extra(self) -> None:
+        """Record algorithm-specific values before a log dump."""
+
+    # --- learn --------------------------------------------------------------------------------------------------
+
+    def _ensure_env(self) -> None:
+        if self.env is None:
+            if self._env_recipe is None:
+                raise ValueError("This model has no env: pass one to load(path, env=...) or set_env(env) before learn()")
+            self.env = WorkerEnvsView(self._wrap_env(self._env_recipe.make_env(), self.verbose), self.n_envs_total)
+
+    def learn(
+        self: SelfAsyncAlgorithm,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 100,
+        tb_log_name: str | None = None,
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfAsyncAlgorithm:
+        """Train with ``n_workers`` asynchronous workers until ``total_timesteps`` global env steps.
+
+        :param total_timesteps: env steps, all workers together
+        :param callback: callback(s) called every ``n_envs`` steps of progress, with the usual locals
+        :param log_interval: log every ``log_interval`` iterations of ``n_steps * n_envs`` global steps
+        :param tb_log_name: TensorBoard run name (default: the class name)
+        :param reset_num_timesteps: whether to restart the step count (False: continue it)
+        :param progress_bar: show a progress bar (tqdm and rich)
+        """
+        check_int("total_timesteps", total_timesteps, minimum=1)
+        self._ensure_env()
+        total_timesteps, callback = self._setup_learn(
+            total_timesteps, callback, reset_num_timesteps, tb_log_name or type(self).__name__, progress_bar
+        )
+        callback.on_training_start(locals(), globals())
+        self._share_state()
+        specs = self._worker_specs()
+        runtime = make_runtime(self.backend, self.start_method)
+        try:
+            runtime.start(specs, worker_seed(self.seed), self.num_timesteps, total_timesteps)
+            self._supervise(runtime, callback, total_timesteps, log_interval)
+        finally:
+            runtime.close()
+        callback.on_training_end()
+        return self
+
+    def _iteration_steps(self) -> int:
+        return self.n_envs * int(getattr(self, "n_steps", 1))
+
+    def _supervise(self, runtime: Runtime, callback: BaseCallback, total_timesteps: int, log_interval: int) -> None:
+        n_envs = self.n_envs
+        start = self.num_timesteps
+        pending: deque[tuple[int, dict[str, Any]]] = deque()
+        last_obs: dict[int, Any] = {}
+        iteration_steps = self._iteration_steps()
+        next_log = start + iteration_steps * log_interval
+        self._train_stats = {}
+        while True:
+            for rank, kind, data in runtime.poll(timeout=0.02):
+                if kind == "stats":
+                    pending.extend(data["episodes"])
+                    last_obs[data["env_offset"]] = data["obs"]
+                    if data["train"]:
+                        self._train_stats[rank] = data["train"]
+                else:
+                    self._on_message(rank, kind, data)
+            target = start + runtime.steps()
+            finished = not runtime.running()
+            new_obs = self._stack_obs(last_obs) if target >= self.num_timesteps + n_envs or finished else None
+            keep_going = True
+            while keep_going and (target >= self.num_timesteps + n_envs or (finished and target > self.num_timesteps)):
+                self.num_timesteps = min(self.num_timesteps + n_envs, target) if finished else self.num_timesteps + n_envs
+                dones = np.zeros(n_envs, dtype=bool)
+                infos: list[dict[str, Any]] = [{} for _ in range(n_envs)]
+                held: list[tuple[int, dict[str, Any]]] = []
+                while pending:
+                    env_index, entry = pending.popleft()
+                    if dones[env_index]:
+                        held.append((env_index, entry))
+                        continue
+                    dones[env_index] = True
+                    infos[env_index] = entry
+                pending.extendleft(reversed(held))
+                self._update_info_buffer(infos, dones)
+                self._episode_num += int(dones.sum())
+                callback.update_locals(dict(dones=dones, infos=infos, new_obs=new_obs, rewards=None))
+                keep_going = callback.on_step()
+                if self.num_timesteps >= next_log:
+                    next_log += iteration_steps * log_interval
+                    self._dump(self.num_timesteps - start)
+            self._current_progress_remaining = max(0.0, 1.0 - self.num_timesteps / total_timesteps)
+            if not keep_going:
+                runtime.request_stop()
+                break
+            if finished:
+                break
+
+    def _on_message(self, rank: int, kind: str, data: Any) -> None:
+        raise RuntimeError(f"Unexpected message {kind!r} from worker {rank}")
+
+    def _stack_obs(self, last_obs: dict[int, Any]) -> Any:
+        if len(last_obs) * self.n_envs_per_worker != self.n_envs:
+            return None
+        parts = [last_obs[k] for k in sorted(last_obs)]
+        if isinstance(parts[0], dict):
+            return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
+        return np.concatenate(parts)
+
+    def _dump(self, steps_this_run: int) -> None:
+        elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
+        fps = int(steps_this_run / elapsed)
+        assert self.ep_info_buffer is not None
+        if len(self.ep_info_buffer) > 0:
+            self.logger.record("rollout/ep_rew_mean", safe_mean([ep["r"] for ep in self.ep_info_buffer]))
+            self.logger.record("rollout/ep_len_mean", safe_mean([ep["l"] for ep in self.ep_info_buffer]))
+        if self.ep_success_buffer:
+            self.logger.record("rollout/success_rate", safe_mean(self.ep_success_buffer))
+        self.logger.record("time/fps", fps)
+        self.logger.record("time/time_elapsed", int(elapsed), exclude="tensorboard")
+        self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
+        self.logger.record("train/learning_rate", self.lr_schedule(self._current_progress_remaining))
+        keys = sorted({key for stats in self._train_stats.values() for key in stats})
+        for key in keys:
+            values = [stats[key] for stats in self._train_stats.values() if key in stats]
+            self.logger.record(f"train/{key}", float(np.mean(values)))
+        self._log_extra()
+        self.logger.dump(step=self.num_timesteps)
+
+    def _update_info_buffer(self, infos: list[dict[str, Any]], dones: np.ndarray | None = None) -> None:
+        assert self.ep_info_buffer is not None and self.ep_success_buffer is not None
+        for info in infos:
+            if "episode" in info:
+                self.ep_info_buffer.append(info["episode"])
+            if "is_success" in info:
+                self.ep_success_buffer.append(info["is_success"])

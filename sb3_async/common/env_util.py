@@ -1,0 +1,156 @@
+"""Giving every worker its own copies of the user's environment.
+
+Users pass an env the way they do to SB3: an env id, a factory, a ``gym.Env`` or a ``VecEnv``. Workers cannot share
+the main process' env, so :class:`EnvRecipe` records how to build more of it: rebuild from the id or the factory,
+else clone the env by (cloud)pickling. A ``VecEnv`` is taken apart into one env to clone plus the ``VecEnvWrapper``
+stack to re-apply (``VecFrameStack``, ``VecMonitor``, ``VecTransposeImage``). Anything else fails at construction
+with an error that says what to pass instead.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.env_util import is_wrapped
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import (
+    DummyVecEnv,
+    VecEnv,
+    VecEnvWrapper,
+    VecFrameStack,
+    VecMonitor,
+    VecNormalize,
+    VecTransposeImage,
+)
+
+_WHAT_TO_PASS = (
+    "Pass an env id (e.g. 'CartPole-v1'), a picklable factory (e.g. `lambda: gym.make('CartPole-v1')`), "
+    "a picklable gym.Env, or a DummyVecEnv of picklable envs; each worker builds its own copies from it."
+)
+
+
+def _rebuild_frame_stack(wrapper: VecFrameStack) -> tuple[type, dict[str, Any]]:
+    stacked = wrapper.stacked_obs
+    if not hasattr(stacked, "channels_first"):
+        raise TypeError(f"VecFrameStack over a Dict observation space cannot be given to workers. {_WHAT_TO_PASS}")
+    return VecFrameStack, {"n_stack": stacked.n_stack, "channels_order": "first" if stacked.channels_first else "last"}
+
+
+class EnvRecipe:
+    """How to build the env again in a worker. Picklable (with cloudpickle) and saved with the model.
+
+    :param env: an env id, a factory, a ``gym.Env`` or a ``VecEnv``
+    :param env_kwargs: keyword arguments for ``gym.make`` when ``env`` is an id
+    """
+
+    def __init__(self, env: Any, env_kwargs: dict[str, Any] | None = None):
+        self.env_id: str | None = None
+        self.factory: Callable[[], gym.Env] | None = None
+        self.pickled_env: bytes | None = None
+        self.vec_wrappers: list[tuple[type, dict[str, Any]]] = []
+        self.env_kwargs = dict(env_kwargs or {})
+        if isinstance(env, str):
+            self.env_id = env
+        elif isinstance(env, VecEnv):
+            self._from_vec_env(env)
+        elif isinstance(env, gym.Env):
+            self.pickled_env = self._pickle_env(env)
+        elif callable(env):
+            self.factory = env
+        else:
+            raise TypeError(f"Invalid env={env!r} (type {type(env).__name__}). {_WHAT_TO_PASS}")
+
+    @staticmethod
+    def _pickle_env(env: gym.Env) -> bytes:
+        try:
+            blob = cloudpickle.dumps(env)
+            pickle.loads(blob)
+        except Exception as error:
+            raise TypeError(
+                f"The env {env} cannot be copied to the workers: pickling it failed ({error!r}). {_WHAT_TO_PASS}"
+            ) from error
+        return blob
+
+    def _from_vec_env(self, venv: VecEnv) -> None:
+        wrappers: list[tuple[type, dict[str, Any]]] = []
+        while isinstance(venv, VecEnvWrapper):
+            if isinstance(venv, VecNormalize):
+                raise TypeError(
+                    "VecNormalize cannot be given to workers: each worker would keep its own statistics. "
+                    "Normalize inside the env instead (gymnasium.wrappers.NormalizeObservation / NormalizeReward). "
+                    + _WHAT_TO_PASS
+                )
+            if isinstance(venv, VecFrameStack):
+                wrappers.append(_rebuild_frame_stack(venv))
+            elif isinstance(venv, VecMonitor):
+                wrappers.append((VecMonitor, {}))
+            elif not isinstance(venv, VecTransposeImage):  # re-added by SB3's _wrap_env when needed
+                raise TypeError(f"The VecEnv wrapper {type(venv).__name__} cannot be rebuilt in the workers. {_WHAT_TO_PASS}")
+            venv = venv.venv
+        if not isinstance(venv, DummyVecEnv):
+            raise TypeError(
+                f"A {type(venv).__name__} cannot be given to workers (its envs live in other processes). {_WHAT_TO_PASS}"
+            )
+        self.pickled_env = self._pickle_env(venv.envs[0])
+        self.vec_wrappers = list(reversed(wrappers))
+
+    def describe(self) -> str:
+        if self.env_id is not None:
+            return self.env_id
+        return "factory" if self.factory is not None else "pickled env"
+
+    def make_env(self) -> gym.Env:
+        """One new env, wrapped in a ``Monitor`` (episode statistics) unless it already is."""
+        if self.env_id is not None:
+            env = gym.make(self.env_id, **self.env_kwargs)
+        elif self.factory is not None:
+            env = self.factory()
+            if not isinstance(env, gym.Env):
+                raise TypeError(f"The env factory returned {type(env).__name__}, not a gymnasium.Env")
+        else:
+            assert self.pickled_env is not None
+            env = pickle.loads(self.pickled_env)
+        if not is_wrapped(env, Monitor):
+            env = Monitor(env)
+        return env
+
+    def make_vec_env(self, n_envs: int, seed: int | None = None) -> VecEnv:
+        """``n_envs`` copies in a ``DummyVecEnv`` with the recorded wrappers, as SB3 would wrap it for the policy."""
+        venv: VecEnv = DummyVecEnv([self.make_env for _ in range(n_envs)])
+        if seed is not None:
+            venv.seed(seed)
+            venv.action_space.seed(seed)
+        for cls, kwargs in self.vec_wrappers:
+            venv = cls(venv, **kwargs)
+        return BaseAlgorithm._wrap_env(venv)
+
+
+class WorkerEnvsView(VecEnvWrapper):
+    """What the main process sees of the workers' envs: ``num_envs`` is their total, spaces are the template's.
+
+    Callbacks read ``training_env.num_envs`` (progress bar, ``StopTrainingOnMaxEpisodes``) and attributes; the envs
+    themselves are stepped inside the workers, so stepping this view is an error.
+    """
+
+    def __init__(self, template: VecEnv, num_envs: int):
+        super().__init__(template)
+        self.num_envs = num_envs
+
+    def reset(self) -> Any:
+        obs = self.venv.reset()
+        reps = int(np.ceil(self.num_envs / self.venv.num_envs))
+        if isinstance(obs, dict):
+            return {key: np.concatenate([value] * reps)[: self.num_envs] for key, value in obs.items()}
+        return np.concatenate([obs] * reps)[: self.num_envs]
+
+    def step_async(self, actions: np.ndarray) -> None:
+        raise RuntimeError("The training envs are stepped inside the workers; use a separate env to step from here.")
+
+    def step_wait(self) -> Any:
+        raise RuntimeError("The training envs are stepped inside the workers; use a separate env to step from here.")

@@ -1,0 +1,87 @@
+"""Networks of the A3C paper, as SB3 features extractors and policies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.distributions import DiagGaussianDistribution, Distribution
+from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from stable_baselines3.common.type_aliases import Schedule
+from torch import nn
+
+
+class MnihCNN(BaseFeaturesExtractor):
+    """The Atari network of Mnih et al. 2013, used by every method of the A3C paper (supp. §2).
+
+    16 filters 8×8 stride 4, 32 filters 4×4 stride 2, a fully connected layer of 256 units, each followed by a ReLU.
+
+    :param observation_space: an image space, channels first (SB3's ``VecTransposeImage`` does that)
+    :param features_dim: units of the fully connected layer (256 in the paper)
+    """
+
+    def __init__(self, observation_space: spaces.Box, features_dim: int = 256):
+        super().__init__(observation_space, features_dim)
+        n_channels = observation_space.shape[0]
+        self.cnn = nn.Sequential(
+            nn.Conv2d(n_channels, 16, kernel_size=8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, kernel_size=4, stride=2),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            n_flatten = self.cnn(torch.as_tensor(observation_space.sample()[None]).float()).shape[1]
+        self.linear = nn.Sequential(nn.Linear(n_flatten, features_dim), nn.ReLU())
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.linear(self.cnn(observations))
+
+
+class A3CCnnPolicy(ActorCriticCnnPolicy):
+    """SB3's ``ActorCriticCnnPolicy`` with the paper's :class:`MnihCNN` as default features extractor.
+
+    A softmax policy head and a linear value head on the shared 256-unit features, as in supp. §2.
+    """
+
+    def __init__(self, *args: Any, features_extractor_class: type[BaseFeaturesExtractor] = MnihCNN, **kwargs: Any):
+        super().__init__(*args, features_extractor_class=features_extractor_class, **kwargs)
+
+
+class SoftplusGaussianPolicy(ActorCriticPolicy):
+    """The continuous-action actor-critic of the A3C paper (supp. §3).
+
+    The mean ``μ`` is a linear layer and the (spherical) variance ``σ² = softplus(w·h + b)`` a function of the state,
+    instead of SB3's state-independent ``log_std``. Policy and value networks share no parameters; by default
+    one hidden layer of 200 ReLU units each, as the paper's low-dimensional encoder (without its LSTM). Pair it
+    with ``ent_coef=1e-4``, the paper's cost on the Gaussian's differential entropy.
+    """
+
+    min_variance = 1e-6
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, **kwargs: Any):
+        if not isinstance(action_space, spaces.Box):
+            raise ValueError(f"SoftplusGaussianPolicy needs a Box action space, got {action_space}")
+        kwargs.setdefault("net_arch", dict(pi=[200], vf=[200]))
+        kwargs.setdefault("activation_fn", nn.ReLU)
+        kwargs.setdefault("share_features_extractor", False)
+        if kwargs.get("use_sde"):
+            raise ValueError("SoftplusGaussianPolicy does not support use_sde=True")
+        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
+
+    def _build(self, lr_schedule: Schedule) -> None:
+        super()._build(lr_schedule)
+        assert isinstance(self.action_dist, DiagGaussianDistribution)
+        del self.log_std
+        self.variance_net = nn.Linear(self.mlp_extractor.latent_dim_pi, 1)
+        if self.ortho_init:
+            self.variance_net.apply(lambda module: self.init_weights(module, gain=0.01))
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)  # type: ignore[call-arg]
+
+    def _get_action_dist_from_latent(self, latent_pi: torch.Tensor) -> Distribution:
+        mean_actions = self.action_net(latent_pi)
+        variance = nn.functional.softplus(self.variance_net(latent_pi)) + self.min_variance
+        log_std = (0.5 * torch.log(variance)).expand_as(mean_actions)
+        return self.action_dist.proba_distribution(mean_actions, log_std)  # type: ignore[arg-type]

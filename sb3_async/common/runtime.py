@@ -1,0 +1,358 @@
+"""Worker lifecycle for every sb3_async algorithm: start, supervise, stop. Written once, used by all.
+
+An algorithm describes its workers as :class:`WorkerSpec` objects: a module-level function ``fn(ctx, payload)``, the
+payload it needs (shipped with cloudpickle, so schedules and env factories may be lambdas) and the shared tensors it
+works on (shipped through torch's shared-memory reductions, so every worker sees the same storage). The runtime
+starts one process per spec and gives each a :class:`WorkerContext`: its rank and seed, the global step counter, the
+stop signal and a pipe to the main process.
+
+The same two shapes serve the whole library:
+
+* gradient-sharing workers (A3C, the async Q family): every spec runs the same loop on shared parameters;
+* actors feeding a learner through a replay (Ape-X, AE-DDPG): actor specs send transitions with :meth:`WorkerContext.send`,
+  the learner (the main process or a spec of its own) receives them through :meth:`Runtime.poll`.
+
+Guarantees, each covered by a test:
+
+* workers run on CPU with ``torch.set_num_threads(1)``, ignore Ctrl-C (the main process stops them in order) and exit
+  by themselves within a second when the main process dies, even from SIGKILL (a ``pidfd`` watch on the parent);
+* nothing named is left in ``/dev/shm``: tensors use torch's ``file_descriptor`` strategy and the control block is a
+  tensor, not a semaphore;
+* a worker that raises or dies makes :meth:`Runtime.poll` raise :class:`WorkerError` naming the worker, its exit code
+  and its traceback; reads never block without a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import threading
+import time
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+
+START_METHODS = ("forkserver", "spawn", "fork")
+BACKENDS = ("mp",)
+
+#: Modules the forkserver imports once, so that each worker starts in a fraction of a second.
+_FORKSERVER_PRELOAD = ["torch", "numpy", "gymnasium", "stable_baselines3", "sb3_async.common.runtime"]
+
+
+class WorkerError(RuntimeError):
+    """A worker raised an exception or died. The message names the worker and carries its traceback."""
+
+    def __init__(self, rank: int, name: str, exitcode: int | None, worker_traceback: str | None):
+        self.rank, self.name, self.exitcode, self.worker_traceback = rank, name, exitcode, worker_traceback
+        if exitcode is not None and exitcode < 0:
+            try:
+                how = f"was killed by {signal.Signals(-exitcode).name} (exit code {exitcode})"
+            except ValueError:
+                how = f"died with exit code {exitcode}"
+        else:
+            how = f"failed with exit code {exitcode}"
+        message = f"Worker {rank} ({name}) {how}"
+        message += f". Its traceback:\n{worker_traceback}" if worker_traceback else " without a traceback (it did not raise: it was killed or crashed)."
+        super().__init__(message)
+
+
+@dataclass
+class WorkerSpec:
+    """One worker: ``fn(ctx, payload)`` runs in its own process.
+
+    :param fn: a module-level function (it is pickled by reference)
+    :param payload: everything else the worker needs; cloudpickled, so lambdas are fine
+    :param shared: tensors shared with the main process and the other workers (same storage, no copy)
+    :param name: shown in errors and logs
+    """
+
+    fn: Callable[[WorkerContext, Any], None]
+    payload: Any = None
+    shared: dict[str, torch.Tensor] = field(default_factory=dict)
+    name: str = "worker"
+
+
+class WorkerContext:
+    """What a worker knows about the run. Built by the runtime inside the worker process."""
+
+    def __init__(
+        self,
+        rank: int,
+        name: str,
+        n_workers: int,
+        base_seed: int,
+        steps: torch.Tensor,
+        control: torch.Tensor,
+        conn: Connection,
+        shared: dict[str, torch.Tensor],
+        start_timesteps: int,
+        total_timesteps: int,
+    ):
+        self.rank, self.name, self.n_workers = rank, name, n_workers
+        self.base_seed, self.seed = base_seed, base_seed + rank
+        self.shared = shared
+        self.start_timesteps, self.total_timesteps = start_timesteps, total_timesteps
+        self._steps, self._control, self._conn = steps, control, conn
+        self._own_steps = 0
+
+    @property
+    def num_timesteps(self) -> int:
+        """Global env steps (all workers, previous ``learn()`` calls included): the paper's shared counter T."""
+        return self.start_timesteps + int(self._steps.sum())
+
+    @property
+    def progress_remaining(self) -> float:
+        """1 at the start of training, 0 at the end: what SB3 schedules take."""
+        return max(0.0, 1.0 - self.num_timesteps / max(1, self.total_timesteps))
+
+    def add_steps(self, n: int) -> int:
+        """Count ``n`` env steps of this worker; returns the global count. Each worker writes its own slot: no race."""
+        self._own_steps += n
+        self._steps[self.rank] = self._own_steps
+        return self.num_timesteps
+
+    def should_stop(self) -> bool:
+        """True once the main process asked to stop or the step budget is spent."""
+        return bool(self._control[0]) or self.num_timesteps >= self.total_timesteps
+
+    def send(self, kind: str, data: Any) -> None:
+        """Send a message to the main process (episode statistics, losses, transitions...)."""
+        self._conn.send((kind, data))
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Exit this worker as soon as the main process is gone (normal exit, crash or SIGKILL)."""
+    try:
+        fd = os.pidfd_open(parent_pid)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):
+        fd = None
+
+    def run() -> None:
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while True:
+                time.sleep(0.5)
+                try:
+                    os.kill(parent_pid, 0)
+                except ProcessLookupError:
+                    break
+        os._exit(1)
+
+    threading.Thread(target=run, name="sb3_async-parent-watch", daemon=True).start()
+
+
+def _worker_main(
+    rank: int,
+    name: str,
+    n_workers: int,
+    base_seed: int,
+    parent_pid: int,
+    fn_and_payload: bytes,
+    shared: dict[str, torch.Tensor],
+    steps: torch.Tensor,
+    control: torch.Tensor,
+    conn: Connection,
+    start_timesteps: int,
+    total_timesteps: int,
+) -> None:
+    """Entry point of every worker process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _watch_parent(parent_pid)
+    torch.set_num_threads(1)
+    ctx = WorkerContext(rank, name, n_workers, base_seed, steps, control, conn, shared, start_timesteps, total_timesteps)
+    try:
+        fn, payload = cloudpickle.loads(fn_and_payload)
+        from stable_baselines3.common.utils import set_random_seed
+
+        set_random_seed(ctx.seed)
+        fn(ctx, payload)
+        conn.send(("done", None))
+    except BaseException:
+        try:
+            conn.send(("error", traceback.format_exc()))
+        finally:
+            conn.close()
+            os._exit(1)
+    conn.close()
+
+
+class Runtime(ABC):
+    """Backend seam: the algorithms talk to this interface, never to processes directly."""
+
+    @abstractmethod
+    def start(self, specs: Sequence[WorkerSpec], seed: int, start_timesteps: int, total_timesteps: int) -> None:
+        """Start one worker per spec; worker ``rank`` is seeded with ``seed + rank``."""
+
+    @abstractmethod
+    def poll(self, timeout: float) -> list[tuple[int, str, Any]]:
+        """Messages ``(rank, kind, data)`` received within ``timeout`` seconds. Raises :class:`WorkerError`."""
+
+    @abstractmethod
+    def steps(self) -> int:
+        """Env steps the workers counted since :meth:`start`."""
+
+    @abstractmethod
+    def running(self) -> bool:
+        """Whether any worker is still working."""
+
+    @abstractmethod
+    def request_stop(self) -> None:
+        """Ask every worker to finish (they see :meth:`WorkerContext.should_stop`)."""
+
+    @abstractmethod
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop every worker and release everything. Safe to call twice."""
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class MultiprocessingRuntime(Runtime):
+    """Workers as ``torch.multiprocessing`` processes on this machine (the default backend, ``backend="mp"``).
+
+    :param start_method: ``"forkserver"`` (default, as SB3's ``SubprocVecEnv``), ``"spawn"`` or ``"fork"``
+    """
+
+    def __init__(self, start_method: str = "forkserver"):
+        if start_method not in START_METHODS:
+            raise ValueError(f"Invalid start_method={start_method!r}: expected one of {', '.join(START_METHODS)}")
+        self.start_method = start_method
+        self._ctx = mp.get_context(start_method)
+        if start_method == "forkserver":
+            self._ctx.set_forkserver_preload(_FORKSERVER_PRELOAD)
+        self._procs: list[Any] = []
+        self._names: list[str] = []
+        self._conns: list[Connection | None] = []
+        self._finished: list[bool] = []
+        self._tracebacks: dict[int, str] = {}
+        self._steps = torch.zeros(0, dtype=torch.int64)
+        self._control = torch.zeros(1, dtype=torch.int64)
+        self._closed = False
+
+    def start(self, specs: Sequence[WorkerSpec], seed: int, start_timesteps: int, total_timesteps: int) -> None:
+        if not specs:
+            raise ValueError("At least one worker spec is needed")
+        n = len(specs)
+        self._steps = torch.zeros(n, dtype=torch.int64).share_memory_()
+        self._control = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._finished = [False] * n
+        try:
+            for rank, spec in enumerate(specs):
+                reader, writer = self._ctx.Pipe(duplex=False)
+                blob = cloudpickle.dumps((spec.fn, spec.payload))
+                proc = self._ctx.Process(
+                    target=_worker_main,
+                    name=f"sb3_async-{spec.name}",
+                    args=(rank, spec.name, n, seed, os.getpid(), blob, spec.shared, self._steps, self._control,
+                          writer, start_timesteps, total_timesteps),
+                    daemon=True,
+                )
+                proc.start()
+                writer.close()
+                self._procs.append(proc)
+                self._names.append(spec.name)
+                self._conns.append(reader)
+        except BaseException:
+            self.close()
+            raise
+
+    def steps(self) -> int:
+        return int(self._steps.sum())
+
+    def running(self) -> bool:
+        return not all(self._finished)
+
+    def request_stop(self) -> None:
+        self._control[0] = 1
+
+    def _receive(self, rank: int, out: list[tuple[int, str, Any]]) -> None:
+        conn = self._conns[rank]
+        if conn is None:
+            return
+        try:
+            while conn.poll():
+                kind, data = conn.recv()
+                if kind == "error":
+                    self._tracebacks[rank] = data
+                elif kind == "done":
+                    self._finished[rank] = True
+                else:
+                    out.append((rank, kind, data))
+        except (EOFError, OSError):
+            conn.close()
+            self._conns[rank] = None
+
+    def _check_health(self) -> None:
+        for rank, proc in enumerate(self._procs):
+            failed = rank in self._tracebacks
+            if not failed and proc.is_alive():
+                continue
+            if not failed and (self._finished[rank] or proc.exitcode == 0):
+                self._finished[rank] = True
+                continue
+            proc.join(timeout=2.0)
+            self._receive(rank, [])
+            raise WorkerError(rank, self._names[rank], proc.exitcode, self._tracebacks.get(rank))
+
+    def poll(self, timeout: float) -> list[tuple[int, str, Any]]:
+        out: list[tuple[int, str, Any]] = []
+        waitables = [c for c in self._conns if c is not None] + [p.sentinel for p in self._procs if p.exitcode is None]
+        if waitables:
+            wait(waitables, timeout=timeout)
+        for rank in range(len(self._procs)):
+            self._receive(rank, out)
+        self._check_health()
+        return out
+
+    def close(self, timeout: float = 5.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.request_stop()
+        deadline = time.monotonic() + timeout
+        for rank, proc in enumerate(self._procs):
+            # Keep draining the pipe so that a worker blocked on send() can finish.
+            while proc.is_alive() and time.monotonic() < deadline:
+                self._receive(rank, [])
+                proc.join(timeout=0.05)
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=1.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=1.0)
+        for conn in self._conns:
+            if conn is not None:
+                conn.close()
+        self._conns = [None] * len(self._procs)
+        for proc in self._procs:
+            proc.close()
+        self._procs = []
+
+
+def make_runtime(backend: str, start_method: str) -> Runtime:
+    """The runtime for ``backend`` (``"mp"``; ``"ray"`` joins here)."""
+    if backend == "mp":
+        return MultiprocessingRuntime(start_method)
+    raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")
+
+
+def worker_seed(seed: int | None) -> int:
+    """Base seed for the workers (worker ``rank`` gets ``seed + rank``)."""
+    return int(seed) if seed is not None else int(np.random.randint(0, 2**31 - 1 - 1024))
