@@ -10,15 +10,15 @@ import torch
 from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy, MultiInputActorCriticPolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
-from stable_baselines3.common.utils import obs_as_tensor
 from torch.nn import functional as F
 
 from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, check_float, check_int
 from sb3_async.common.env_util import EnvRecipe
-from sb3_async.common.optimizers import OPTIMIZER_NAMES, make_optimizer
+from sb3_async.common.optimizers import OPTIMIZER_NAMES, WorkerOptimizer, _AsyncOptimizer, make_optimizer
 from sb3_async.common.policies import A3CCnnPolicy, SoftplusGaussianPolicy
 from sb3_async.common.returns import bootstrap_truncated_rewards, nstep_returns
 from sb3_async.common.runtime import WorkerContext, WorkerSpec
+from sb3_async.common.torch_utils import build_worker_policy, clip_grad_norm, sample_actions, to_tensor
 
 SelfA3C = TypeVar("SelfA3C", bound="A3C")
 
@@ -38,8 +38,8 @@ class _A3CWorkerConfig:
     vf_coef: float
     max_grad_norm: float | None
     normalize_advantage: bool
-    optimizer: str
-    optimizer_kwargs: dict[str, Any]
+    optimizer: tuple[type[_AsyncOptimizer], dict[str, Any]]
+    optimizer_shared: bool
 
 
 def _stack(items: list[Any]) -> Any:
@@ -53,12 +53,12 @@ def _stack(items: list[Any]) -> Any:
 def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     """One actor-learner of supp. Algorithm S3; ``n_envs`` envs stepped in lockstep share each update."""
     env = cfg.env_recipe.make_vec_env(cfg.n_envs, seed=ctx.base_seed + ctx.rank * cfg.n_envs)
-    local = cfg.policy_class(cfg.observation_space, cfg.action_space, cfg.lr_schedule, **cfg.policy_kwargs)  # θ'
+    local = build_worker_policy(cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule,
+                                cfg.policy_kwargs)  # θ'
     local.set_training_mode(True)
     shared_params: list[torch.Tensor] = ctx.shared["params"]  # type: ignore[assignment]
     local_params = list(local.parameters())
-    optimizer = make_optimizer(cfg.optimizer, shared_params, lr=cfg.lr_schedule(1.0), **cfg.optimizer_kwargs)
-    optimizer.attach_state_tensors(ctx.shared["optimizer_state"])  # type: ignore[arg-type]
+    optimizer = WorkerOptimizer(*cfg.optimizer, shared_params, ctx.shared["optimizer_state"], cfg.optimizer_shared)  # type: ignore[arg-type]
     reporter = StatsReporter(ctx, env_offset=ctx.rank * cfg.n_envs)
     box = isinstance(cfg.action_space, spaces.Box)
     discrete = isinstance(cfg.action_space, spaces.Discrete)
@@ -69,21 +69,19 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
             torch._foreach_copy_(local_params, shared_params)  # synchronize θ' = θ
         obs_list, action_list, reward_list, done_list = [], [], [], []
         for _ in range(cfg.n_steps):
-            with torch.no_grad():
-                actions = local.get_distribution(obs_as_tensor(obs, local.device)).get_actions().numpy()
+            actions = sample_actions(local, obs)
             env_actions = np.clip(actions, cfg.action_space.low, cfg.action_space.high) if box else actions
             new_obs, rewards, dones, infos = env.step(env_actions)
             rewards = rewards.astype(np.float32)
             truncated = [i for i in np.flatnonzero(dones) if infos[i].get("TimeLimit.truncated", False)]
             if truncated:  # bootstrap from V(s_terminal) at time limits, as SB3 does
-                terminal = obs_as_tensor(_stack([[infos[i]["terminal_observation"] for i in truncated]]), local.device)
+                terminal = to_tensor(_stack([[infos[i]["terminal_observation"] for i in truncated]]))
                 with torch.no_grad():
-                    values = local.predict_values(terminal).flatten()
-                mask = torch.zeros(cfg.n_envs, dtype=torch.bool)
+                    terminal_values = np.zeros(cfg.n_envs, dtype=np.float32)
+                    terminal_values[truncated] = local.predict_values(terminal).flatten().numpy()
+                mask = np.zeros(cfg.n_envs, dtype=bool)
                 mask[truncated] = True
-                full = torch.zeros(cfg.n_envs)
-                full[truncated] = values
-                rewards = bootstrap_truncated_rewards(torch.as_tensor(rewards), mask, full, cfg.gamma).numpy()
+                rewards = bootstrap_truncated_rewards(rewards, mask, terminal_values, cfg.gamma)
             reporter.record_infos(dones, infos)
             obs_list.append(obs)
             action_list.append(actions)
@@ -94,14 +92,12 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
                 break  # "until terminal s_t or t - t_start == t_max"
         n = len(obs_list)
         with torch.no_grad():
-            last_values = local.predict_values(obs_as_tensor(obs, local.device)).flatten()
-        returns = nstep_returns(
-            torch.as_tensor(np.stack(reward_list)), torch.as_tensor(np.stack(done_list)), last_values, cfg.gamma
-        ).flatten()
+            last_values = local.predict_values(to_tensor(obs)).flatten().numpy()
+        returns = torch.as_tensor(nstep_returns(np.stack(reward_list), np.stack(done_list), last_values, cfg.gamma)).flatten()
         batch_actions = torch.as_tensor(_stack(action_list))
         if discrete:
             batch_actions = batch_actions.long().flatten()
-        values, log_prob, entropy = local.evaluate_actions(obs_as_tensor(_stack(obs_list), local.device), batch_actions)
+        values, log_prob, entropy = local.evaluate_actions(to_tensor(_stack(obs_list)), batch_actions)
         values = values.flatten()
         advantages = returns - values.detach()
         if cfg.normalize_advantage and advantages.numel() > 1:
@@ -110,16 +106,12 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
         value_loss = F.mse_loss(values, returns)  # ∂(R - V(s_i; θ'_v))² / ∂θ'_v
         entropy_loss = -entropy.mean() if entropy is not None else log_prob.mean()
         loss = policy_loss + cfg.ent_coef * entropy_loss + cfg.vf_coef * value_loss
-        local.zero_grad(set_to_none=False)
+        for param in local_params:
+            param.grad = None
         loss.backward()
         if cfg.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(local_params, cfg.max_grad_norm)
-        for shared, own in zip(shared_params, local_params):
-            shared.grad = own.grad
-        lr = cfg.lr_schedule(ctx.progress_remaining)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.step()  # asynchronous update of θ with dθ, no lock
+            clip_grad_norm(local_params, cfg.max_grad_norm)
+        optimizer.step([param.grad for param in local_params], cfg.lr_schedule(ctx.progress_remaining))  # async update of θ with dθ
         ctx.add_steps(n * cfg.n_envs)
         reporter.record_train(
             policy_loss=policy_loss.item(), value_loss=value_loss.item(), entropy_loss=entropy_loss.item()
@@ -152,7 +144,8 @@ class A3C(AsyncAlgorithm):
     :param normalize_advantage: normalize advantages per update (not in the paper)
     :param optimizer: ``"shared_rmsprop"`` (paper default), ``"rmsprop"`` (per-worker statistics) or ``"sgd"``
         (momentum SGD), the three methods of supp. §1
-    :param optimizer_kwargs: for the optimizer; default ``alpha=0.99`` (paper) and ``eps=1e-5``
+    :param optimizer_kwargs: for the optimizer (see :class:`~sb3_async.common.optimizers.SharedRMSprop`:
+        ``alpha=0.99`` from the paper, ``eps``, ``initial_square_avg``)
     :param backend: ``"mp"`` (processes on this machine)
     :param start_method: ``"forkserver"``, ``"spawn"`` or ``"fork"``
     :param stats_window_size: episodes averaged for ``rollout/`` logging
@@ -257,8 +250,8 @@ class A3C(AsyncAlgorithm):
             vf_coef=self.vf_coef,
             max_grad_norm=self.max_grad_norm,
             normalize_advantage=self.normalize_advantage,
-            optimizer=self.optimizer_name,
-            optimizer_kwargs=self.optimizer_kwargs,
+            optimizer=(type(self.policy.optimizer), self.policy.optimizer.hyperparameters()),  # type: ignore[arg-type]
+            optimizer_shared=self.policy.optimizer.shared,  # type: ignore[attr-defined]
         )
         shared = {
             "params": list(self.policy.parameters()),

@@ -19,6 +19,7 @@ import numpy as np
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.env_util import is_wrapped
 from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env.util import dict_to_obs
 from stable_baselines3.common.vec_env import (
     DummyVecEnv,
     VecEnv,
@@ -40,6 +41,26 @@ def _rebuild_frame_stack(wrapper: VecFrameStack) -> tuple[type, dict[str, Any]]:
     if not hasattr(stacked, "channels_first"):
         raise TypeError(f"VecFrameStack over a Dict observation space cannot be given to workers. {_WHAT_TO_PASS}")
     return VecFrameStack, {"n_stack": stacked.n_stack, "channels_order": "first" if stacked.channels_first else "last"}
+
+
+class WorkerVecEnv(DummyVecEnv):
+    """``DummyVecEnv`` without its per-step deep copies: a worker consumes each step's infos and observations once
+    and never mutates them, so shallow copies are enough (the deep copies cost more than a CartPole step)."""
+
+    def step_wait(self) -> Any:
+        for env_idx in range(self.num_envs):
+            obs, self.buf_rews[env_idx], terminated, truncated, info = self.envs[env_idx].step(self.actions[env_idx])
+            self.buf_dones[env_idx] = terminated or truncated
+            info["TimeLimit.truncated"] = truncated and not terminated
+            if self.buf_dones[env_idx]:
+                info["terminal_observation"] = obs
+                obs, self.reset_infos[env_idx] = self.envs[env_idx].reset()
+            self.buf_infos[env_idx] = info
+            self._save_obs(env_idx, obs)
+        return self._obs_from_buf(), self.buf_rews.copy(), self.buf_dones.copy(), list(self.buf_infos)
+
+    def _obs_from_buf(self) -> Any:
+        return dict_to_obs(self.observation_space, {key: value.copy() for key, value in self.buf_obs.items()})
 
 
 class EnvRecipe:
@@ -122,7 +143,7 @@ class EnvRecipe:
 
     def make_vec_env(self, n_envs: int, seed: int | None = None) -> VecEnv:
         """``n_envs`` copies in a ``DummyVecEnv`` with the recorded wrappers, as SB3 would wrap it for the policy."""
-        venv: VecEnv = DummyVecEnv([self.make_env for _ in range(n_envs)])
+        venv: VecEnv = WorkerVecEnv([self.make_env for _ in range(n_envs)])
         if seed is not None:
             venv.seed(seed)
             venv.action_space.seed(seed)

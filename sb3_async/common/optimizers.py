@@ -1,15 +1,17 @@
 """Lock-free optimizers of the A3C paper (Mnih et al. 2016, supplementary §1).
 
-All three optimizers apply a worker's accumulated gradient ``Δθ`` to the *shared* parameters ``θ`` without any
-locking (Hogwild). They differ only in where their statistics live:
+All three apply a worker's accumulated gradient ``Δθ`` to the *shared* parameters ``θ`` without any locking
+(Hogwild). They differ only in where their statistics live:
 
 * :class:`SharedRMSprop` — ``g`` shared by all workers (supp. eqs. S1–S2), "Shared RMSProp".
 * ``SharedRMSprop(shared=False)`` — the same update with a per-worker ``g``, the paper's "RMSProp".
 * :class:`MomentumSGD` — per-worker momentum ``m_i = α m_i + (1 - α) Δθ_i``; ``θ ← θ - η m_i``.
 
-Every optimizer creates its state eagerly in ``__init__`` (lazily created state would end up private to each worker
-process), and exposes :meth:`state_tensors` / :meth:`attach_state_tensors` so the runtime can hand the state to the
-workers: by reference when it is shared, as a private copy otherwise.
+The update rules are pure in-place functions (:func:`rmsprop_update_`, :func:`momentum_sgd_update_`), tested against
+hand-computed values. The optimizer classes are ordinary ``torch.optim.Optimizer`` objects for the main process (SB3
+saves, loads and schedules them); they create their state eagerly (lazily created state would end up private to each
+worker process). Workers apply the same rule through :class:`WorkerOptimizer`, which is not a torch ``Optimizer``:
+building one imports ``torch._dynamo``, seconds per process on a small machine.
 """
 
 from __future__ import annotations
@@ -24,59 +26,85 @@ from torch.optim import Optimizer
 OPTIMIZER_NAMES = ("shared_rmsprop", "rmsprop", "sgd")
 
 
-def _check_positive(name: str, value: float, allow_zero: bool = True) -> None:
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        accepted = "a finite number >= 0" if allow_zero else "a finite number > 0"
-        raise ValueError(f"Invalid {name}={value!r}: expected {accepted}")
+def rmsprop_update_(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    square_avgs: list[torch.Tensor],
+    lr: float,
+    alpha: float,
+    eps: float,
+    weight_decay: float = 0.0,
+) -> None:
+    r"""Supp. eqs. S1–S2, in place: :math:`g \leftarrow \alpha g + (1-\alpha)\Delta\theta^2`,
+    :math:`\theta \leftarrow \theta - \eta\,\Delta\theta / \sqrt{g + \epsilon}`."""
+    with torch.no_grad():
+        if weight_decay != 0:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+        # Multi-tensor ops: one call per operation instead of one per parameter (worker updates are small and many).
+        torch._foreach_mul_(square_avgs, alpha)
+        torch._foreach_addcmul_(square_avgs, grads, grads, value=1 - alpha)  # eq. S1
+        denominators = torch._foreach_add(square_avgs, eps)
+        torch._foreach_sqrt_(denominators)
+        torch._foreach_addcdiv_(params, grads, denominators, value=-lr)  # eq. S2
+
+
+def momentum_sgd_update_(
+    params: list[torch.Tensor], grads: list[torch.Tensor], buffers: list[torch.Tensor], lr: float, momentum: float
+) -> None:
+    r"""Supp. §1, in place: :math:`m \leftarrow \alpha m + (1-\alpha)\Delta\theta`, :math:`\theta \leftarrow \theta - \eta m`."""
+    with torch.no_grad():
+        torch._foreach_mul_(buffers, momentum)
+        torch._foreach_add_(buffers, grads, alpha=1 - momentum)
+        torch._foreach_add_(params, buffers, alpha=-lr)
+
+
+def _check_number(name: str, value: float, allow_zero: bool = True) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"Invalid {name}={value!r}: expected a finite number >= 0")
+    if value == 0 and not allow_zero:
+        raise ValueError(f"Invalid {name}={value!r}: expected a finite number > 0")
 
 
 class _AsyncOptimizer(Optimizer):
-    """Common part: eager state, export/attach of the state tensors, ``shared`` flag."""
+    """Common part: eager state, export/attach of the state tensors, ``shared`` flag, one update rule."""
 
     #: names of the per-parameter state tensors, in the order used by :meth:`state_tensors`
     state_names: tuple[str, ...] = ()
+    #: initial value of each state tensor
+    initial_value: Callable[[dict[str, Any]], float] = staticmethod(lambda group: 0.0)
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict[str, Any]], defaults: dict[str, Any], shared: bool):
         super().__init__(params, defaults)
         self.shared = shared
         for group in self.param_groups:
             for p in group["params"]:
-                self.state[p].update(self._init_state(p, group))
+                for name in self.state_names:
+                    self.state[p][name] = torch.full_like(p, self.initial_value(group), memory_format=torch.preserve_format)
         if shared:
             self.share_memory()
 
-    def _init_state(self, p: torch.Tensor, group: dict[str, Any]) -> dict[str, torch.Tensor]:
+    @staticmethod
+    def update_(params: list[torch.Tensor], grads: list[torch.Tensor], state: list[torch.Tensor], **hyper: Any) -> None:
         raise NotImplementedError
 
     def _params(self) -> list[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]
 
     def share_memory(self) -> None:
-        """Move every state tensor to shared memory (no-op for tensors already there)."""
+        """Move every state tensor to shared memory (in place; no-op for tensors already there)."""
         for tensor in self.state_tensors():
             tensor.share_memory_()
 
     def state_tensors(self) -> list[torch.Tensor]:
-        """The state tensors, parameter by parameter, in :attr:`state_names` order."""
+        """The state tensors, parameter by parameter (one per parameter for both optimizers here)."""
         return [self.state[p][name] for p in self._params() for name in self.state_names]
 
-    def attach_state_tensors(self, tensors: list[torch.Tensor]) -> None:
-        """Use ``tensors`` (from :meth:`state_tensors` of the main process' optimizer) as this optimizer's state.
-
-        Shared optimizers keep a reference (every worker updates the same statistics); per-worker optimizers copy,
-        so that each worker starts from the saved statistics and then keeps its own.
-        """
-        params = self._params()
-        if len(tensors) != len(params) * len(self.state_names):
-            raise ValueError(f"Expected {len(params) * len(self.state_names)} state tensors, got {len(tensors)}")
-        it = iter(tensors)
-        for p in params:
-            for name in self.state_names:
-                tensor = next(it)
-                self.state[p][name] = tensor if self.shared else tensor.detach().clone()
+    def hyperparameters(self) -> dict[str, Any]:
+        """The update rule's keyword arguments, learning rate excluded (single parameter group)."""
+        return {key: value for key, value in self.param_groups[0].items() if key not in ("params", "lr", "initial_value")}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        # Keep the eager (and possibly shared) tensors: copy the loaded values into them in place.
+        # Keep the eager (possibly shared) tensors: copy the loaded values into them in place.
         current = self.state_tensors()
         super().load_state_dict(state_dict)
         it = iter(current)
@@ -85,6 +113,20 @@ class _AsyncOptimizer(Optimizer):
                 dst = next(it)
                 dst.copy_(self.state[p][name])
                 self.state[p][name] = dst
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if params:
+                state = [self.state[p][name] for p in params for name in self.state_names]
+                hyper = {k: v for k, v in group.items() if k not in ("params", "initial_value")}
+                self.update_(params, [p.grad for p in params], state, **hyper)
+        return loss
 
 
 class SharedRMSprop(_AsyncOptimizer):
@@ -102,53 +144,44 @@ class SharedRMSprop(_AsyncOptimizer):
     :param params: parameters to optimize (the shared ones)
     :param lr: learning rate η (the algorithms overwrite it with their schedule before each step)
     :param alpha: decay of the squared-gradient average; 0.99 from the paper (supp. §2, "RMSProp decay factor")
-    :param eps: ε, added inside the square root as in eq. S2. The paper does not give it; 1e-5 as SB3's A2C
-    :param initial_square_avg: initial value of ``g``; 1.0 as TensorFlow's RMSProp (and ``RMSpropTFLike``), which the
-        paper's implementation used
+    :param eps: ε, added inside the square root as in eq. S2. The paper does not give it; 1e-10 inside the root
+        matches SB3's A2C (PyTorch RMSprop with ``eps=1e-5`` outside the root) and learned fastest on CartPole here
+    :param initial_square_avg: initial value of ``g``. The paper does not give it; 0 as PyTorch's RMSprop (SB3's A2C),
+        which learned faster here than 1 (TensorFlow's choice, and ``RMSpropTFLike``'s)
     :param weight_decay: L2 penalty added to the gradient
     :param shared: whether ``g`` is shared between workers
     """
 
     state_names = ("square_avg",)
+    initial_value = staticmethod(lambda group: group["initial_square_avg"])
 
     def __init__(
         self,
         params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
         lr: float = 7e-4,
         alpha: float = 0.99,
-        eps: float = 1e-5,
-        initial_square_avg: float = 1.0,
+        eps: float = 1e-10,
+        initial_square_avg: float = 0.0,
         weight_decay: float = 0.0,
         shared: bool = True,
     ):
-        _check_positive("lr", lr)
-        _check_positive("eps", eps)
-        _check_positive("initial_square_avg", initial_square_avg)
-        _check_positive("weight_decay", weight_decay)
-        if not 0.0 <= alpha < 1.0:
+        _check_number("lr", lr)
+        _check_number("eps", eps)
+        _check_number("initial_square_avg", initial_square_avg)
+        _check_number("weight_decay", weight_decay)
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha < 1.0:
             raise ValueError(f"Invalid alpha={alpha!r}: expected 0 <= alpha < 1")
         defaults = dict(lr=lr, alpha=alpha, eps=eps, initial_square_avg=initial_square_avg, weight_decay=weight_decay)
         super().__init__(params, defaults, shared)
 
-    def _init_state(self, p: torch.Tensor, group: dict[str, Any]) -> dict[str, torch.Tensor]:
-        return {"square_avg": torch.full_like(p, group["initial_square_avg"], memory_format=torch.preserve_format)}
+    @staticmethod
+    def update_(params: list[torch.Tensor], grads: list[torch.Tensor], state: list[torch.Tensor], **hyper: Any) -> None:
+        rmsprop_update_(params, grads, state, hyper["lr"], hyper["alpha"], hyper["eps"], hyper.get("weight_decay", 0.0))
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            alpha, eps, lr, wd = group["alpha"], group["eps"], group["lr"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = p.grad if wd == 0 else p.grad.add(p, alpha=wd)
-                square_avg = self.state[p]["square_avg"]
-                square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)  # eq. S1
-                p.addcdiv_(grad, square_avg.add(eps).sqrt_(), value=-lr)  # eq. S2
-        return loss
+    def hyperparameters(self) -> dict[str, Any]:
+        hyper = super().hyperparameters()
+        hyper.pop("initial_square_avg", None)
+        return hyper
 
 
 class MomentumSGD(_AsyncOptimizer):
@@ -171,29 +204,45 @@ class MomentumSGD(_AsyncOptimizer):
         momentum: float = 0.9,
         shared: bool = False,
     ):
-        _check_positive("lr", lr)
-        if not 0.0 <= momentum < 1.0:
+        _check_number("lr", lr)
+        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0.0 <= momentum < 1.0:
             raise ValueError(f"Invalid momentum={momentum!r}: expected 0 <= momentum < 1")
         super().__init__(params, dict(lr=lr, momentum=momentum), shared)
 
-    def _init_state(self, p: torch.Tensor, group: dict[str, Any]) -> dict[str, torch.Tensor]:
-        return {"momentum_buffer": torch.zeros_like(p, memory_format=torch.preserve_format)}
+    @staticmethod
+    def update_(params: list[torch.Tensor], grads: list[torch.Tensor], state: list[torch.Tensor], **hyper: Any) -> None:
+        momentum_sgd_update_(params, grads, state, hyper["lr"], hyper["momentum"])
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            momentum, lr = group["momentum"], group["lr"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                buf = self.state[p]["momentum_buffer"]
-                buf.mul_(momentum).add_(p.grad, alpha=1 - momentum)
-                p.add_(buf, alpha=-lr)
-        return loss
+
+class WorkerOptimizer:
+    """A worker's side of an :class:`_AsyncOptimizer`: the same rule on the shared parameters and state.
+
+    Shared optimizers keep a reference to the state (every worker updates the same statistics); per-worker ones copy
+    it, so each worker starts from the saved statistics and then keeps its own.
+
+    :param optimizer_class: the main process' optimizer class (``SharedRMSprop`` or ``MomentumSGD``)
+    :param hyperparameters: its :meth:`_AsyncOptimizer.hyperparameters`
+    :param params: the shared parameters
+    :param state: its :meth:`_AsyncOptimizer.state_tensors`
+    :param shared: whether the state is shared
+    """
+
+    def __init__(
+        self,
+        optimizer_class: type[_AsyncOptimizer],
+        hyperparameters: dict[str, Any],
+        params: list[torch.Tensor],
+        state: list[torch.Tensor],
+        shared: bool,
+    ):
+        if len(state) != len(params) * len(optimizer_class.state_names):
+            raise ValueError(f"Expected {len(params) * len(optimizer_class.state_names)} state tensors, got {len(state)}")
+        self.optimizer_class, self.hyperparameters, self.params = optimizer_class, hyperparameters, params
+        self.state = state if shared else [tensor.detach().clone() for tensor in state]
+
+    def step(self, grads: list[torch.Tensor], lr: float) -> None:
+        """Apply ``grads`` (one per shared parameter) with learning rate ``lr``."""
+        self.optimizer_class.update_(self.params, grads, self.state, lr=lr, **self.hyperparameters)
 
 
 def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float, **kwargs: Any) -> _AsyncOptimizer:

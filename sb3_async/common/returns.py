@@ -1,18 +1,19 @@
-"""Targets and returns of the papers, as pure functions on tensors (tested against hand-computed values).
+"""Targets and returns of the papers, as pure functions on arrays (tested against hand-computed values).
 
 Shapes: time first, ``(n_steps, n_envs)``; ``dones[t]`` is True when the episode ended with the transition at ``t``
 (terminal state or time limit). Time-limit truncations are bootstrapped the way SB3 does it: the caller adds
-``γ V(s_terminal)`` to the reward of that step and marks the step done, so the return does not leak into the next
-episode but still bootstraps (see :func:`bootstrap_truncated_rewards`).
+``γ V(s_terminal)`` to the reward of that step (:func:`bootstrap_truncated_rewards`) and the step stays done, so the
+return does not leak into the next episode but still bootstraps. NumPy, because workers call these on a handful of
+numbers every few steps, where a torch call costs more than the arithmetic.
 """
 
 from __future__ import annotations
 
-import torch
+import numpy as np
 
 
-def nstep_returns(rewards: torch.Tensor, dones: torch.Tensor, last_values: torch.Tensor, gamma: float) -> torch.Tensor:
-    r"""Forward-view n-step returns of a rollout segment (A3C, supp. Alg. S3; async n-step Q, Alg. S2).
+def nstep_returns(rewards: np.ndarray, dones: np.ndarray, last_values: np.ndarray, gamma: float) -> np.ndarray:
+    r"""Forward-view n-step returns of a rollout segment (A3C, supp. Alg. S3; async n-step Q, supp. Alg. S2).
 
     For each ``t`` of the segment, the longest available return:
 
@@ -27,16 +28,19 @@ def nstep_returns(rewards: torch.Tensor, dones: torch.Tensor, last_values: torch
     :param last_values: ``(n_envs,)`` bootstrap values of the state after the segment, ``V(s_T)`` or
         ``max_a Q(s_T, a; θ⁻)``
     :param gamma: discount factor γ
-    :return: ``(n_steps, n_envs)`` returns ``R_t``
+    :return: ``(n_steps, n_envs)`` float32 returns ``R_t``
     """
-    if rewards.shape != dones.shape or rewards.shape[1:] != last_values.shape:
+    rewards = np.asarray(rewards, dtype=np.float32)
+    dones = np.asarray(dones, dtype=bool)
+    last_values = np.asarray(last_values, dtype=np.float32)
+    if rewards.ndim != 2 or rewards.shape != dones.shape or rewards.shape[1:] != last_values.shape:
         raise ValueError(
-            f"Shapes do not match: rewards {tuple(rewards.shape)}, dones {tuple(dones.shape)}, "
-            f"last_values {tuple(last_values.shape)}"
+            f"Shapes do not match: rewards {rewards.shape}, dones {dones.shape}, last_values {last_values.shape}; "
+            "expected (n_steps, n_envs), (n_steps, n_envs) and (n_envs,)"
         )
-    not_done = 1.0 - dones.to(rewards.dtype)
-    returns = torch.empty_like(rewards)
-    running = last_values.to(rewards.dtype)
+    not_done = 1.0 - dones.astype(np.float32)
+    returns = np.empty_like(rewards)
+    running = last_values
     for t in range(rewards.shape[0] - 1, -1, -1):
         running = rewards[t] + gamma * not_done[t] * running
         returns[t] = running
@@ -44,13 +48,14 @@ def nstep_returns(rewards: torch.Tensor, dones: torch.Tensor, last_values: torch
 
 
 def bootstrap_truncated_rewards(
-    rewards: torch.Tensor, truncated: torch.Tensor, terminal_values: torch.Tensor, gamma: float
-) -> torch.Tensor:
+    rewards: np.ndarray, truncated: np.ndarray, terminal_values: np.ndarray, gamma: float
+) -> np.ndarray:
     """Rewards with ``γ V(s_terminal)`` added where an episode was cut by a time limit (SB3's convention).
 
     :param rewards: ``(n,)`` rewards of one step
     :param truncated: ``(n,)`` True where the episode was truncated (time limit), not terminated
-    :param terminal_values: ``(n,)`` value of the last observation of each truncated episode (any value elsewhere)
+    :param terminal_values: ``(n,)`` value of the last observation of each truncated episode (ignored elsewhere)
     :param gamma: discount factor
     """
-    return rewards + gamma * truncated.to(rewards.dtype) * terminal_values.to(rewards.dtype)
+    rewards = np.asarray(rewards, dtype=np.float32)
+    return rewards + gamma * np.where(truncated, np.asarray(terminal_values, dtype=np.float32), 0.0).astype(np.float32)

@@ -171,6 +171,7 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _watch_parent(parent_pid)
     torch.set_num_threads(1)
+    torch.distributions.Distribution.set_default_validate_args(False)  # per-step argument checks cost more than the net
     ctx = WorkerContext(rank, name, n_workers, base_seed, steps, control, conn, shared, start_timesteps, total_timesteps)
     try:
         fn, payload = cloudpickle.loads(fn_and_payload)

@@ -1,0 +1,63 @@
+"""Small helpers for the workers' inner loops, where per-call overhead matters more than arithmetic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.utils import obs_as_tensor
+
+_CPU = torch.device("cpu")
+
+
+def to_tensor(obs: Any) -> Any:
+    """Observation(s) as CPU tensors (dict observations key by key)."""
+    return obs_as_tensor(obs, _CPU)
+
+
+def sample_actions(policy: ActorCriticPolicy, obs: Any) -> np.ndarray:
+    """Sample actions from ``policy`` for a batch of observations, without gradients.
+
+    For a ``Discrete`` action space with SB3's categorical head the logits are sampled directly; every other case goes
+    through the policy's distribution, exactly as ``policy.get_distribution(obs).get_actions()``.
+    """
+    with torch.no_grad():
+        obs_tensor = to_tensor(obs)
+        if isinstance(policy.action_space, spaces.Discrete) and (
+            type(policy)._get_action_dist_from_latent is ActorCriticPolicy._get_action_dist_from_latent
+        ):
+            features = policy.extract_features(obs_tensor, policy.pi_features_extractor)  # type: ignore[arg-type]
+            logits = policy.action_net(policy.mlp_extractor.forward_actor(features))
+            return torch.multinomial(torch.softmax(logits, dim=-1), 1).squeeze(1).numpy()
+        return policy.get_distribution(obs_tensor).get_actions().numpy()
+
+
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> float:
+    """Scale the gradients of ``params`` so that their global L2 norm is at most ``max_norm``; returns the norm.
+
+    The same rule as ``torch.nn.utils.clip_grad_norm_``, in two multi-tensor calls.
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    norm = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
+    if norm > max_norm:
+        torch._foreach_mul_(grads, max_norm / (norm + 1e-6))
+    return norm
+
+
+class _NoOptimizer:
+    """Stands in for a policy's own optimizer in workers, which apply updates through ``WorkerOptimizer``."""
+
+    def __init__(self, params: Any, lr: float = 0.0, **kwargs: Any):
+        self.param_groups: list[dict[str, Any]] = []
+
+
+def build_worker_policy(policy_class: type, observation_space: spaces.Space, action_space: spaces.Space,
+                        lr_schedule: Any, policy_kwargs: dict[str, Any]) -> Any:
+    """A private copy θ' of the policy for a worker, on CPU, without building its (unused) torch optimizer."""
+    kwargs = {**policy_kwargs, "optimizer_class": _NoOptimizer, "optimizer_kwargs": {}}
+    return policy_class(observation_space, action_space, lr_schedule, **kwargs)
