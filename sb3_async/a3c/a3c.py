@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, check_float, check_int
 from sb3_async.common.env_util import EnvRecipe
-from sb3_async.common.optimizers import OPTIMIZER_NAMES, WorkerOptimizer, _AsyncOptimizer, make_optimizer
+from sb3_async.common.optimizers import OPTIMIZER_NAMES, WorkerOptimizer, _AsyncOptimizer, as_async_optimizer, make_optimizer
 from sb3_async.common.policies import A3CCnnPolicy, SoftplusGaussianPolicy
 from sb3_async.common.returns import bootstrap_truncated_rewards, nstep_returns
 from sb3_async.common.runtime import WorkerContext, WorkerSpec
@@ -61,6 +61,7 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     optimizer = WorkerOptimizer(*cfg.optimizer, shared_params, ctx.shared["optimizer_state"], cfg.optimizer_shared)  # type: ignore[arg-type]
     reporter = StatsReporter(ctx, env_offset=ctx.rank * cfg.n_envs)
     box = isinstance(cfg.action_space, spaces.Box)
+    low, high = (cfg.action_space.low, cfg.action_space.high) if isinstance(cfg.action_space, spaces.Box) else (None, None)
     discrete = isinstance(cfg.action_space, spaces.Discrete)
 
     obs = env.reset()
@@ -70,7 +71,7 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
         obs_list, action_list, reward_list, done_list = [], [], [], []
         for _ in range(cfg.n_steps):
             actions = sample_actions(local, obs)
-            env_actions = np.clip(actions, cfg.action_space.low, cfg.action_space.high) if box else actions
+            env_actions = np.clip(actions, low, high) if box else actions
             new_obs, rewards, dones, infos = env.step(env_actions)
             rewards = rewards.astype(np.float32)
             truncated = [i for i in np.flatnonzero(dones) if infos[i].get("TimeLimit.truncated", False)]
@@ -111,7 +112,8 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
         loss.backward()
         if cfg.max_grad_norm is not None:
             clip_grad_norm(local_params, cfg.max_grad_norm)
-        optimizer.step([param.grad for param in local_params], cfg.lr_schedule(ctx.progress_remaining))  # async update of θ with dθ
+        # Asynchronous update of θ using dθ, without locks.
+        optimizer.step([param.grad for param in local_params], cfg.lr_schedule(ctx.progress_remaining))
         ctx.add_steps(n * cfg.n_envs)
         reporter.record_train(
             policy_loss=policy_loss.item(), value_loss=value_loss.item(), entropy_loss=entropy_loss.item()
@@ -221,8 +223,10 @@ class A3C(AsyncAlgorithm):
 
     def _setup_model(self) -> None:
         super()._setup_model()
-        self.policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs)
-        self.policy = self.policy.to(torch.device("cpu"))
+        policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs)
+        if not isinstance(policy, ActorCriticPolicy):
+            raise TypeError(f"Invalid policy={self.policy_class.__name__}: A3C needs an ActorCriticPolicy subclass")
+        self.policy = policy.to(torch.device("cpu"))
         # The policy's own optimizer is replaced by the paper's lock-free one (its statistics are saved with the model).
         self.policy.optimizer = make_optimizer(
             self.optimizer_name, self.policy.parameters(), lr=self.lr_schedule(1.0), **self.optimizer_kwargs
@@ -233,9 +237,10 @@ class A3C(AsyncAlgorithm):
 
     def _share_state(self) -> None:
         self.policy.share_memory()
-        self.policy.optimizer.share_memory()  # type: ignore[attr-defined]
+        as_async_optimizer(self.policy.optimizer).share_memory()
 
     def _worker_specs(self) -> list[WorkerSpec]:
+        optimizer = as_async_optimizer(self.policy.optimizer)
         cfg = _A3CWorkerConfig(
             env_recipe=self._env_recipe,  # type: ignore[arg-type]
             n_envs=self.n_envs_per_worker,
@@ -250,11 +255,11 @@ class A3C(AsyncAlgorithm):
             vf_coef=self.vf_coef,
             max_grad_norm=self.max_grad_norm,
             normalize_advantage=self.normalize_advantage,
-            optimizer=(type(self.policy.optimizer), self.policy.optimizer.hyperparameters()),  # type: ignore[arg-type]
-            optimizer_shared=self.policy.optimizer.shared,  # type: ignore[attr-defined]
+            optimizer=(type(optimizer), optimizer.hyperparameters()),
+            optimizer_shared=optimizer.shared,
         )
         shared = {
             "params": list(self.policy.parameters()),
-            "optimizer_state": self.policy.optimizer.state_tensors(),  # type: ignore[attr-defined]
+            "optimizer_state": optimizer.state_tensors(),
         }
         return [WorkerSpec(_a3c_worker, cfg, shared, name=f"a3c-{rank}") for rank in range(self.n_workers)]

@@ -170,8 +170,9 @@ class AsyncAlgorithm(BaseAlgorithm):
             support_multi_env=True,
             seed=seed,
         )
-        if env is not None and supported_action_spaces is not None and not isinstance(self.action_space, supported_action_spaces):
-            accepted = ", ".join(cls.__name__ for cls in supported_action_spaces)
+        supported = supported_action_spaces
+        if env is not None and supported is not None and not isinstance(self.action_space, supported):
+            accepted = ", ".join(cls.__name__ for cls in supported)
             raise ValueError(f"Invalid env: {type(self).__name__} supports {accepted} action spaces, got {self.action_space}")
         self._use_worker_view()
         self._train_stats: dict[int, dict[str, float]] = {}

@@ -19,7 +19,6 @@ import numpy as np
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.env_util import is_wrapped
 from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env.util import dict_to_obs
 from stable_baselines3.common.vec_env import (
     DummyVecEnv,
     VecEnv,
@@ -29,6 +28,7 @@ from stable_baselines3.common.vec_env import (
     VecNormalize,
     VecTransposeImage,
 )
+from stable_baselines3.common.vec_env.util import dict_to_obs
 
 _WHAT_TO_PASS = (
     "Pass an env id (e.g. 'CartPole-v1'), a picklable factory (e.g. `lambda: gym.make('CartPole-v1')`), "

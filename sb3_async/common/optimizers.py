@@ -39,7 +39,7 @@ def rmsprop_update_(
     :math:`\theta \leftarrow \theta - \eta\,\Delta\theta / \sqrt{g + \epsilon}`."""
     with torch.no_grad():
         if weight_decay != 0:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+            grads = list(torch._foreach_add(grads, params, alpha=weight_decay))
         # Multi-tensor ops: one call per operation instead of one per parameter (worker updates are small and many).
         torch._foreach_mul_(square_avgs, alpha)
         torch._foreach_addcmul_(square_avgs, grads, grads, value=1 - alpha)  # eq. S1
@@ -51,7 +51,8 @@ def rmsprop_update_(
 def momentum_sgd_update_(
     params: list[torch.Tensor], grads: list[torch.Tensor], buffers: list[torch.Tensor], lr: float, momentum: float
 ) -> None:
-    r"""Supp. §1, in place: :math:`m \leftarrow \alpha m + (1-\alpha)\Delta\theta`, :math:`\theta \leftarrow \theta - \eta m`."""
+    r"""Supp. §1, in place: :math:`m \leftarrow \alpha m + (1-\alpha)\Delta\theta`,
+    :math:`\theta \leftarrow \theta - \eta m`."""
     with torch.no_grad():
         torch._foreach_mul_(buffers, momentum)
         torch._foreach_add_(buffers, grads, alpha=1 - momentum)
@@ -243,6 +244,13 @@ class WorkerOptimizer:
     def step(self, grads: list[torch.Tensor], lr: float) -> None:
         """Apply ``grads`` (one per shared parameter) with learning rate ``lr``."""
         self.optimizer_class.update_(self.params, grads, self.state, lr=lr, **self.hyperparameters)
+
+
+def as_async_optimizer(optimizer: Optimizer) -> _AsyncOptimizer:
+    """``optimizer`` if it is one of the paper's optimizers, else a ``TypeError`` (workers could not apply it)."""
+    if not isinstance(optimizer, _AsyncOptimizer):
+        raise TypeError(f"Expected SharedRMSprop or MomentumSGD, got {type(optimizer).__name__}")
+    return optimizer
 
 
 def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float, **kwargs: Any) -> _AsyncOptimizer:

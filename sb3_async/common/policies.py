@@ -46,8 +46,9 @@ class A3CCnnPolicy(ActorCriticCnnPolicy):
     A softmax policy head and a linear value head on the shared 256-unit features, as in supp. §2.
     """
 
-    def __init__(self, *args: Any, features_extractor_class: type[BaseFeaturesExtractor] = MnihCNN, **kwargs: Any):
-        super().__init__(*args, features_extractor_class=features_extractor_class, **kwargs)
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, **kwargs: Any):
+        kwargs.setdefault("features_extractor_class", MnihCNN)
+        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
 
 class SoftplusGaussianPolicy(ActorCriticPolicy):

@@ -61,7 +61,10 @@ class WorkerError(RuntimeError):
         else:
             how = f"failed with exit code {exitcode}"
         message = f"Worker {rank} ({name}) {how}"
-        message += f". Its traceback:\n{worker_traceback}" if worker_traceback else " without a traceback (it did not raise: it was killed or crashed)."
+        if worker_traceback:
+            message += f". Its traceback:\n{worker_traceback}"
+        else:
+            message += " without a traceback (it did not raise: it was killed or crashed)."
         super().__init__(message)
 
 
@@ -77,7 +80,7 @@ class WorkerSpec:
 
     fn: Callable[[WorkerContext, Any], None]
     payload: Any = None
-    shared: dict[str, torch.Tensor] = field(default_factory=dict)
+    shared: dict[str, Any] = field(default_factory=dict)
     name: str = "worker"
 
 
@@ -93,7 +96,7 @@ class WorkerContext:
         steps: torch.Tensor,
         control: torch.Tensor,
         conn: Connection,
-        shared: dict[str, torch.Tensor],
+        shared: dict[str, Any],
         start_timesteps: int,
         total_timesteps: int,
     ):
@@ -160,7 +163,7 @@ def _worker_main(
     base_seed: int,
     parent_pid: int,
     fn_and_payload: bytes,
-    shared: dict[str, torch.Tensor],
+    shared: dict[str, Any],
     steps: torch.Tensor,
     control: torch.Tensor,
     conn: Connection,
@@ -233,7 +236,7 @@ class MultiprocessingRuntime(Runtime):
         if start_method not in START_METHODS:
             raise ValueError(f"Invalid start_method={start_method!r}: expected one of {', '.join(START_METHODS)}")
         self.start_method = start_method
-        self._ctx = mp.get_context(start_method)
+        self._ctx: Any = mp.get_context(start_method)
         if start_method == "forkserver":
             self._ctx.set_forkserver_preload(_FORKSERVER_PRELOAD)
         self._procs: list[Any] = []

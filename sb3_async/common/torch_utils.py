@@ -30,6 +30,8 @@ def sample_actions(policy: ActorCriticPolicy, obs: Any) -> np.ndarray:
             type(policy)._get_action_dist_from_latent is ActorCriticPolicy._get_action_dist_from_latent
         ):
             features = policy.extract_features(obs_tensor, policy.pi_features_extractor)  # type: ignore[arg-type]
+            if isinstance(features, tuple):  # separate actor/critic extractors
+                features = features[0]
             logits = policy.action_net(policy.mlp_extractor.forward_actor(features))
             return torch.multinomial(torch.softmax(logits, dim=-1), 1).squeeze(1).numpy()
         return policy.get_distribution(obs_tensor).get_actions().numpy()

@@ -1,0 +1,94 @@
+"""SB3 callbacks and logging behave as with A2C."""
+
+import gymnasium as gym
+import numpy as np
+from stable_baselines3.common.callbacks import (
+    BaseCallback,
+    CallbackList,
+    EvalCallback,
+    EveryNTimesteps,
+    StopTrainingOnMaxEpisodes,
+    StopTrainingOnRewardThreshold,
+)
+from stable_baselines3.common.logger import configure
+
+from sb3_async import A3C
+
+
+class Recorder(BaseCallback):
+    def __init__(self, stop_after: int | None = None):
+        super().__init__()
+        self.stop_after = stop_after
+        self.timesteps: list[int] = []
+        self.episodes = 0
+        self.shapes = set()
+
+    def _on_step(self) -> bool:
+        assert set(("dones", "infos", "new_obs")) <= set(self.locals)
+        dones, infos = self.locals["dones"], self.locals["infos"]
+        assert len(dones) == len(infos) == self.training_env.num_envs
+        self.episodes += int(np.sum(dones))
+        if self.locals["new_obs"] is not None:
+            self.shapes.add(self.locals["new_obs"].shape)
+        self.timesteps.append(self.num_timesteps)
+        return self.stop_after is None or self.n_calls < self.stop_after
+
+
+def test_on_step_rate_and_locals():
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=2, seed=0)
+    recorder = Recorder()
+    model.learn(2000, callback=recorder)
+    assert recorder.timesteps[0] == 4 and np.all(np.diff(recorder.timesteps)[:-1] == 4)
+    assert len(recorder.timesteps) >= 2000 // 4
+    assert recorder.shapes == {(4, 4)}
+    assert recorder.episodes == model._episode_num > 0
+
+
+def test_callback_returning_false_stops_all_workers():
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0)
+    recorder = Recorder(stop_after=50)
+    model.learn(1_000_000, callback=recorder)
+    assert recorder.n_calls == 50
+    assert model.num_timesteps < 10_000
+
+
+def test_eval_stop_threshold_and_every_n():
+    fired = []
+
+    class Mark(BaseCallback):
+        def _on_step(self) -> bool:
+            fired.append(self.num_timesteps)
+            return True
+
+    eval_cb = EvalCallback(
+        gym.make("CartPole-v1"),
+        eval_freq=100,
+        n_eval_episodes=2,
+        callback_on_new_best=StopTrainingOnRewardThreshold(reward_threshold=0.0),
+    )
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0)
+    model.learn(100_000, callback=CallbackList([eval_cb, EveryNTimesteps(50, Mark())]))
+    assert eval_cb.n_calls == 100 and eval_cb.best_mean_reward > 0  # stopped at the first evaluation
+    assert model.num_timesteps < 2000
+    assert fired and fired[0] >= 50
+
+
+def test_stop_on_max_episodes():
+    stopper = StopTrainingOnMaxEpisodes(max_episodes=5)
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0)
+    model.learn(1_000_000, callback=stopper)
+    assert stopper.n_episodes == 5 * model.n_envs
+    assert model.num_timesteps < 100_000
+
+
+def test_logger_keys_and_continued_counting(tmp_path):
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=2, seed=0)
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(3000, log_interval=10)
+    first = model.num_timesteps
+    model.learn(1000, reset_num_timesteps=False, log_interval=10)
+    assert model.num_timesteps >= first + 1000
+    header = (tmp_path / "progress.csv").read_text().splitlines()[0].split(",")
+    for key in ("rollout/ep_rew_mean", "time/fps", "train/policy_loss", "train/value_loss", "train/entropy_loss",
+                "train/learning_rate", "time/total_timesteps"):
+        assert key in header

@@ -1,0 +1,219 @@
+"""Nothing left behind, errors that name the worker, clear errors for bad input."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from sb3_async import A3C, WorkerError
+from sb3_async.common.runtime import MultiprocessingRuntime, WorkerSpec
+
+
+class FailingEnv(gym.Wrapper):
+    """CartPole that raises (or kills its own process) after a number of steps."""
+
+    def __init__(self, after: int = 50, how: str = "raise"):
+        super().__init__(gym.make("CartPole-v1"))
+        self.after, self.how, self.steps = after, how, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps >= self.after:
+            if self.how == "raise":
+                raise RuntimeError("boom from the env")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(action)
+
+
+def processes_with_marker(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def wait_until_gone(marker: str, timeout: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = processes_with_marker(marker)
+        if not left:
+            return []
+        time.sleep(0.2)
+    return processes_with_marker(marker)
+
+
+def shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def live_children() -> list[int]:
+    """Worker processes of this process still running (the forkserver itself stays, as in any program using it)."""
+    import multiprocessing
+
+    return [p.pid for p in multiprocessing.active_children() if p.name.startswith("sb3_async")]
+
+
+@pytest.mark.parametrize("how,expected", [("raise", "boom from the env"), ("kill", "SIGKILL")])
+def test_dead_worker_is_reported_quickly(how, expected):
+    model = A3C("MlpPolicy", lambda: FailingEnv(after=30, how=how), n_workers=2, seed=0)
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=expected) as info:
+        model.learn(1_000_000)
+    assert time.monotonic() - start < 15
+    assert "Worker" in str(info.value) and info.value.name.startswith("a3c-")
+    if how == "raise":
+        assert info.value.exitcode == 1 and "Traceback" in str(info.value)
+    else:
+        assert info.value.exitcode == -signal.SIGKILL
+
+
+def test_exception_in_callback_stops_workers():
+    def explode(_locals, _globals):
+        if _locals["self"].num_timesteps > 500:
+            raise KeyError("callback failure")
+        return True
+
+    before = shm_entries()
+    with pytest.raises(KeyError, match="callback failure"):
+        A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0).learn(1_000_000, callback=explode)
+    assert live_children() == []
+    assert shm_entries() <= before
+
+
+def test_normal_end_leaves_nothing():
+    before = shm_entries()
+    A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0).learn(1000)
+    assert live_children() == []
+    assert shm_entries() <= before
+
+
+def _report_threads(ctx, payload):
+    ctx.send("threads", (torch.get_num_threads(), ctx.seed, os.getpid()))
+
+
+def test_workers_single_threaded_and_seeded_by_rank():
+    runtime = MultiprocessingRuntime("forkserver")
+    with runtime:
+        runtime.start([WorkerSpec(_report_threads, name="probe") for _ in range(2)], seed=10, start_timesteps=0,
+                      total_timesteps=1)
+        messages = []
+        while runtime.running():
+            messages += runtime.poll(0.1)
+    assert sorted((rank, data[0], data[1]) for rank, kind, data in messages) == [(0, 1, 10), (1, 1, 11)]
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from sb3_async import A3C
+
+    def announce(_locals, _globals):
+        if _locals["self"].num_timesteps > 200 and not getattr(announce, "done", False):
+            announce.done = True
+            print("training", flush=True)
+        return True
+
+    if __name__ == "__main__":
+        A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0, start_method=sys.argv[1]).learn(10_000_000, callback=announce)
+    """
+)
+
+
+def _start_training(tmp_path: Path, start_method: str) -> tuple[subprocess.Popen, str]:
+    marker = f"SB3_ASYNC_TEST_{uuid.uuid4().hex}"
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), start_method],
+        stdout=subprocess.PIPE,
+        env={**os.environ, marker: "1"},
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == "training", line
+    assert len(processes_with_marker(marker)) >= 3  # the script, its workers (and the forkserver)
+    return proc, marker
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_parent_sigkill_leaves_no_orphan(tmp_path, start_method):
+    before = shm_entries()
+    proc, marker = _start_training(tmp_path, start_method)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert wait_until_gone(marker) == []
+    assert shm_entries() <= before
+
+
+def test_ctrl_c_stops_everything(tmp_path):
+    before = shm_entries()
+    proc, marker = _start_training(tmp_path, "forkserver")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=20) != 0  # KeyboardInterrupt
+    assert wait_until_gone(marker) == []
+    assert shm_entries() <= before
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(n_workers=0), "n_workers=0"),
+        (dict(n_workers=1.5), "n_workers=1.5"),
+        (dict(n_steps=0), "n_steps=0"),
+        (dict(n_envs_per_worker=0), "n_envs_per_worker=0"),
+        (dict(learning_rate=-1.0), "learning_rate=-1.0"),
+        (dict(learning_rate=float("nan")), "learning_rate=nan"),
+        (dict(learning_rate=float("inf")), "learning_rate=inf"),
+        (dict(gamma=1.5), "gamma=1.5"),
+        (dict(optimizer="adam"), "optimizer='adam'"),
+        (dict(start_method="thread"), "start_method='thread'"),
+        (dict(backend="mpi"), "backend='mpi'"),
+        (dict(policy="FooPolicy"), "policy='FooPolicy'"),
+        (dict(env=42), "env=42"),
+    ],
+)
+def test_bad_input(kwargs, match):
+    arguments = dict(policy="MlpPolicy", env="CartPole-v1", n_workers=1) | kwargs
+    with pytest.raises((ValueError, TypeError), match=match):
+        A3C(**arguments)
+
+
+def test_env_that_cannot_be_copied():
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
+
+    class Unpicklable(gym.Wrapper):
+        def __reduce__(self):
+            raise TypeError("no pickling here")
+
+    with pytest.raises(TypeError, match="factory"):
+        A3C("MlpPolicy", Unpicklable(gym.make("CartPole-v1")), n_workers=1)
+    with pytest.raises(TypeError, match="VecNormalize"):
+        A3C("MlpPolicy", VecNormalize(DummyVecEnv([lambda: gym.make("CartPole-v1")])), n_workers=1)
+    venv = SubprocVecEnv([lambda: gym.make("CartPole-v1")])
+    try:
+        with pytest.raises(TypeError, match="SubprocVecEnv"):
+            A3C("MlpPolicy", venv, n_workers=1)
+    finally:
+        venv.close()
+
+
+def test_predict_needs_no_workers():
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=4)
+    action, _ = model.predict(np.zeros(4, dtype=np.float32))
+    assert live_children() == [] and action in (0, 1)

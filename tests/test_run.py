@@ -1,0 +1,113 @@
+"""Short runs of A3C with every env form, policy and action space."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from stable_baselines3.common.envs import (
+    FakeImageEnv,
+    IdentityEnv,
+    IdentityEnvBox,
+    IdentityEnvMultiBinary,
+    IdentityEnvMultiDiscrete,
+    SimpleMultiObsEnv,
+)
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
+
+from sb3_async import A3C, MnihCNN
+
+
+def make_cartpole():
+    return gym.make("CartPole-v1")
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        "CartPole-v1",
+        make_cartpole,
+        gym.make("CartPole-v1"),
+        DummyVecEnv([lambda: IdentityEnv(10)]),
+        VecFrameStack(DummyVecEnv([make_cartpole]), 2),
+    ],
+    ids=["id", "factory", "gym.Env", "DummyVecEnv", "VecFrameStack"],
+)
+def test_env_forms(env):
+    model = A3C("MlpPolicy", env, n_workers=2, n_envs_per_worker=2, seed=0).learn(400)
+    assert model.num_timesteps >= 400
+    assert model.n_envs == 4 and model.get_env().num_envs == 4
+    obs = model.observation_space.sample()
+    action, _ = model.predict(obs, deterministic=True)
+    assert model.action_space.contains(action.item() if np.ndim(action) == 0 else action)
+
+
+@pytest.mark.parametrize(
+    "env_factory",
+    [
+        lambda: IdentityEnvBox(-1, 1, ep_length=20),
+        lambda: IdentityEnvMultiDiscrete(3, ep_length=20),
+        lambda: IdentityEnvMultiBinary(3, ep_length=20),
+        lambda: gym.make("Pendulum-v1"),
+    ],
+    ids=["Box", "MultiDiscrete", "MultiBinary", "Pendulum"],
+)
+def test_action_spaces(env_factory):
+    model = A3C("MlpPolicy", env_factory, n_workers=2, seed=1).learn(300)
+    assert model.num_timesteps >= 300
+
+
+def test_softplus_gaussian_policy_on_pendulum():
+    model = A3C("SoftplusMlpPolicy", "Pendulum-v1", ent_coef=1e-4, n_workers=2, seed=0).learn(300)
+    assert not hasattr(model.policy, "log_std")
+    distribution = model.policy.get_distribution(model.policy.obs_to_tensor(model.observation_space.sample())[0])
+    assert distribution.distribution.scale.shape == (1, 1)
+    with pytest.raises(ValueError, match="Box action space"):
+        A3C("SoftplusMlpPolicy", "CartPole-v1", n_workers=1)
+
+
+def test_cnn_policy_uses_paper_network():
+    model = A3C(
+        "CnnPolicy",
+        lambda: FakeImageEnv(screen_height=84, screen_width=84, n_channels=4, discrete=True),
+        n_workers=2,
+        seed=0,
+    )
+    assert isinstance(model.policy.features_extractor, MnihCNN)
+    convs = [m for m in model.policy.features_extractor.cnn if hasattr(m, "kernel_size")]
+    assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [(16, (8, 8), (4, 4)), (32, (4, 4), (2, 2))]
+    model.learn(100)
+    assert model.num_timesteps >= 100
+
+
+def test_multi_input_policy():
+    model = A3C("MultiInputPolicy", lambda: SimpleMultiObsEnv(random_start=False), n_workers=2, seed=0).learn(200)
+    assert model.num_timesteps >= 200
+
+
+def test_progress_bar_and_evaluate_policy():
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=2, seed=0)
+    model.learn(1000, progress_bar=True)
+    mean, std = evaluate_policy(model, gym.make("CartPole-v1"), n_eval_episodes=2)
+    assert mean > 0
+
+
+def test_atari_vec_env_template():
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    from stable_baselines3.common.env_util import make_atari_env
+
+    env = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=1, seed=0), 4)
+    model = A3C("CnnPolicy", env, n_workers=2, seed=0)
+    assert model.observation_space.shape == (4, 84, 84)
+    model.learn(100)
+    assert model.num_timesteps >= 100
+
+
+def test_unsupported_action_space():
+    class TupleActionEnv(gym.Env):
+        observation_space = spaces.Box(-1, 1, (2,))
+        action_space = spaces.Tuple((spaces.Discrete(2), spaces.Discrete(2)))
+
+    with pytest.raises(ValueError, match="action space"):
+        A3C("MlpPolicy", TupleActionEnv(), n_workers=1)

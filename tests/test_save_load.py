@@ -1,0 +1,78 @@
+"""save/load round trips: identical actions in a fresh process, optimizer state, continued training."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from stable_baselines3.common.callbacks import CheckpointCallback
+
+from sb3_async import A3C
+
+MODEL_LIST = [A3C]
+
+
+@pytest.mark.parametrize("model_class", MODEL_LIST)
+def test_round_trip_in_fresh_process(model_class, tmp_path):
+    model = model_class("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=2, seed=0).learn(2000)
+    path = tmp_path / "model.zip"
+    model.save(path)
+    observations = np.stack([gym.make("CartPole-v1").observation_space.sample() for _ in range(20)])
+    np.save(tmp_path / "obs.npy", observations)
+    expected, _ = model.predict(observations, deterministic=True)
+    script = textwrap.dedent(
+        f"""
+        import numpy as np
+        from sb3_async import {model_class.__name__} as Model
+        model = Model.load({str(path)!r})
+        actions, _ = model.predict(np.load({str(tmp_path / 'obs.npy')!r}), deterministic=True)
+        np.save({str(tmp_path / 'actions.npy')!r}, actions)
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    np.testing.assert_array_equal(np.load(tmp_path / "actions.npy"), expected)
+
+
+def test_parameters_and_optimizer_state_round_trip(tmp_path):
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0).learn(1000)
+    model.save(tmp_path / "m")
+    loaded = A3C.load(tmp_path / "m")
+    for p, q in zip(model.policy.parameters(), loaded.policy.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    for s, t in zip(model.policy.optimizer.state_tensors(), loaded.policy.optimizer.state_tensors()):
+        torch.testing.assert_close(s, t, rtol=0, atol=0)
+    assert loaded.policy.optimizer.state_tensors()[0].abs().sum() > 0  # statistics were trained, not fresh
+    assert (loaded.n_workers, loaded.n_envs_per_worker, loaded.n_steps) == (2, 1, 5)
+
+
+def test_learn_after_load_continues(tmp_path):
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0).learn(1000)
+    model.save(tmp_path / "m")
+    loaded = A3C.load(tmp_path / "m")  # no env given: rebuilt from the saved recipe
+    before = [p.clone() for p in loaded.policy.parameters()]
+    loaded.learn(1000, reset_num_timesteps=False)
+    assert loaded.num_timesteps >= model.num_timesteps + 1000
+    assert any(not torch.equal(a, b) for a, b in zip(before, loaded.policy.parameters()))
+    with_env = A3C.load(tmp_path / "m", env=gym.make("CartPole-v1"))
+    with_env.learn(500)
+    assert with_env.n_envs == 2
+
+
+def test_checkpoint_while_workers_train(tmp_path):
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=2, seed=0)
+    model.learn(4000, callback=CheckpointCallback(save_freq=200, save_path=str(tmp_path), name_prefix="a3c"))
+    saved = sorted(os.listdir(tmp_path))
+    assert len(saved) >= 3, saved
+    loaded = A3C.load(tmp_path / saved[0])
+    assert loaded.predict(np.zeros(4, dtype=np.float32))[0] in (0, 1)
+
+
+def test_load_of_a_file_that_is_not_a_model(tmp_path):
+    bad = tmp_path / "notes.zip"
+    bad.write_text("not a model")
+    with pytest.raises(ValueError, match="zip"):
+        A3C.load(bad)
