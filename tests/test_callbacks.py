@@ -92,3 +92,11 @@ def test_logger_keys_and_continued_counting(tmp_path):
     for key in ("rollout/ep_rew_mean", "time/fps", "train/policy_loss", "train/value_loss", "train/entropy_loss",
                 "train/learning_rate", "time/total_timesteps"):
         assert key in header
+
+
+def test_tensorboard_log(tmp_path):
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0, tensorboard_log=str(tmp_path))
+    model.learn(2000, log_interval=5)
+    runs = list(tmp_path.iterdir())
+    assert [run.name for run in runs] == ["A3C_1"]
+    assert any(path.name.startswith("events.out.tfevents") for path in runs[0].iterdir())

@@ -3,6 +3,7 @@
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from gymnasium import spaces
 from stable_baselines3.common.envs import (
     FakeImageEnv,
@@ -111,3 +112,20 @@ def test_unsupported_action_space():
 
     with pytest.raises(ValueError, match="action space"):
         A3C("MlpPolicy", TupleActionEnv(), n_workers=1)
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_other_start_methods(start_method):
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, start_method=start_method, seed=0).learn(500)
+    assert model.num_timesteps >= 500
+
+
+@pytest.mark.parametrize("optimizer", ["shared_rmsprop", "rmsprop", "sgd"])
+def test_optimizers_update_shared_parameters(optimizer):
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, optimizer=optimizer, seed=0)
+    before = [p.detach().clone() for p in model.policy.parameters()]
+    statistics_before = [t.clone() for t in model.policy.optimizer.state_tensors()]
+    model.learn(1000)
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.policy.parameters()))
+    moved = any(not torch.equal(a, b) for a, b in zip(statistics_before, model.policy.optimizer.state_tensors()))
+    assert moved == (optimizer == "shared_rmsprop")  # per-worker statistics stay in the workers
