@@ -100,3 +100,32 @@ def test_tensorboard_log(tmp_path):
     runs = list(tmp_path.iterdir())
     assert [run.name for run in runs] == ["A3C_1"]
     assert any(path.name.startswith("events.out.tfevents") for path in runs[0].iterdir())
+
+
+def test_workers_keep_training_while_a_callback_is_busy():
+    from stable_baselines3.common.envs import FakeImageEnv
+
+    class SlowOnce(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.after_pause = None
+            self.deadline = None
+
+        def _on_step(self) -> bool:
+            import time
+
+            if self.deadline is None:
+                self.start_steps = self.num_timesteps
+                time.sleep(3.0)  # e.g. a long evaluation: image observations would fill the pipes within ~0.1 s
+                self.deadline = time.monotonic() + 0.5
+                return True
+            if time.monotonic() > self.deadline:
+                self.after_pause = self.num_timesteps
+                return False
+            return True
+
+    callback = SlowOnce()
+    model = A3C("CnnPolicy", lambda: FakeImageEnv(screen_height=84, screen_width=84, n_channels=4, discrete=True), n_workers=2, n_envs_per_worker=4, seed=0)
+    model.learn(1_000_000, callback=callback)
+    assert callback.after_pause is not None and callback.after_pause - callback.start_steps >= 1000
+    assert callback.locals["new_obs"].shape == (8, 4, 84, 84)

@@ -59,8 +59,31 @@ def check_learning_rate(value: Any) -> float | Schedule:
     return check_float("learning_rate", value)
 
 
+def _write_obs(buffer: Any, offset: int, obs: Any) -> None:
+    if isinstance(buffer, dict):
+        for key, value in buffer.items():
+            _write_obs(value, offset, obs[key])
+        return
+    obs = np.asarray(obs)
+    buffer[offset : offset + len(obs)].copy_(torch.from_numpy(obs).reshape(len(obs), *buffer.shape[1:]))
+
+
+def _shared_obs_buffer(space: spaces.Space, n_envs: int) -> Any:
+    """Shared tensors holding the latest observation of every env (dict observations key by key)."""
+    if isinstance(space, spaces.Dict):
+        return {key: _shared_obs_buffer(sub, n_envs) for key, sub in space.spaces.items()}
+    return torch.from_numpy(np.zeros((n_envs, *(space.shape or ())), dtype=space.dtype)).share_memory_()
+
+
+def _read_obs(buffer: Any) -> Any:
+    if isinstance(buffer, dict):
+        return {key: _read_obs(value) for key, value in buffer.items()}
+    return buffer.numpy().copy()
+
+
 class StatsReporter:
-    """Worker side of the statistics flow: episodes, training metrics and the latest observation, sent in batches.
+    """Worker side of the statistics flow: episodes and training metrics sent in batches, the latest observation
+    written to shared memory (``ctx.shared["latest_obs"]``, the callbacks' ``new_obs``) at the same rhythm.
 
     :param ctx: the worker's context
     :param env_offset: global index of this worker's first env
@@ -73,7 +96,7 @@ class StatsReporter:
         self._train: dict[str, float] = {}
         self._counts: dict[str, int] = {}
         self._next = time.monotonic() + interval
-        self._start = time.monotonic()
+        self._obs_buffer = ctx.shared.get("latest_obs")
 
     def record_infos(self, dones: np.ndarray, infos: list[dict[str, Any]]) -> None:
         for i in np.flatnonzero(dones):
@@ -96,7 +119,9 @@ class StatsReporter:
             return
         self._next = now + self.interval
         train = {key: value / self._counts[key] for key, value in self._train.items()}
-        self.ctx.send("stats", dict(episodes=self._episodes, train=train, obs=obs, env_offset=self.env_offset))
+        if self._obs_buffer is not None:
+            _write_obs(self._obs_buffer, self.env_offset, obs)
+        self.ctx.send("stats", dict(episodes=self._episodes, train=train))
         self._episodes, self._train, self._counts = [], {}, {}
 
 
@@ -258,10 +283,13 @@ class AsyncAlgorithm(BaseAlgorithm):
         callback.on_training_start(locals(), globals())
         self._share_state()
         specs = self._worker_specs()
+        latest_obs = _shared_obs_buffer(self.observation_space, self.n_envs)
+        for spec in specs:
+            spec.shared["latest_obs"] = latest_obs
         runtime = make_runtime(self.backend, self.start_method)
         try:
             runtime.start(specs, worker_seed(self.seed), self.num_timesteps, total_timesteps)
-            self._supervise(runtime, callback, total_timesteps, log_interval)
+            self._supervise(runtime, callback, total_timesteps, log_interval, latest_obs)
         finally:
             runtime.close()
         callback.on_training_end()
@@ -270,11 +298,12 @@ class AsyncAlgorithm(BaseAlgorithm):
     def _iteration_steps(self) -> int:
         return self.n_envs * int(getattr(self, "n_steps", 1))
 
-    def _supervise(self, runtime: Runtime, callback: BaseCallback, total_timesteps: int, log_interval: int) -> None:
+    def _supervise(
+        self, runtime: Runtime, callback: BaseCallback, total_timesteps: int, log_interval: int, latest_obs: Any
+    ) -> None:
         n_envs = self.n_envs
         start = self.num_timesteps
         pending: deque[tuple[int, dict[str, Any]]] = deque()
-        last_obs: dict[int, Any] = {}
         iteration_steps = self._iteration_steps()
         next_log = start + iteration_steps * log_interval
         self._train_stats = {}
@@ -282,14 +311,13 @@ class AsyncAlgorithm(BaseAlgorithm):
             for rank, kind, data in runtime.poll(timeout=0.02):
                 if kind == "stats":
                     pending.extend(data["episodes"])
-                    last_obs[data["env_offset"]] = data["obs"]
                     if data["train"]:
                         self._train_stats[rank] = data["train"]
                 else:
                     self._on_message(rank, kind, data)
             target = start + runtime.steps()
             finished = not runtime.running()
-            new_obs = self._stack_obs(last_obs) if target >= self.num_timesteps + n_envs or finished else None
+            new_obs = _read_obs(latest_obs) if target >= self.num_timesteps + n_envs or finished else None
             keep_going = True
             while keep_going and (target >= self.num_timesteps + n_envs or (finished and target > self.num_timesteps)):
                 self.num_timesteps = min(self.num_timesteps + n_envs, target) if finished else self.num_timesteps + n_envs
@@ -320,14 +348,6 @@ class AsyncAlgorithm(BaseAlgorithm):
 
     def _on_message(self, rank: int, kind: str, data: Any) -> None:
         raise RuntimeError(f"Unexpected message {kind!r} from worker {rank}")
-
-    def _stack_obs(self, last_obs: dict[int, Any]) -> Any:
-        if len(last_obs) * self.n_envs_per_worker != self.n_envs:
-            return None
-        parts = [last_obs[k] for k in sorted(last_obs)]
-        if isinstance(parts[0], dict):
-            return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
-        return np.concatenate(parts)
 
     def _dump(self, steps_this_run: int) -> None:
         elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)

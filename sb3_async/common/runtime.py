@@ -25,6 +25,7 @@ Guarantees, each covered by a test:
 from __future__ import annotations
 
 import os
+import queue
 import select
 import signal
 import threading
@@ -229,6 +230,9 @@ class Runtime(ABC):
 class MultiprocessingRuntime(Runtime):
     """Workers as ``torch.multiprocessing`` processes on this machine (the default backend, ``backend="mp"``).
 
+    A reader thread drains the workers' pipes continuously, so a worker never waits on ``send()`` while the main
+    process is busy (a long ``EvalCallback``, a checkpoint): messages queue up in the main process instead.
+
     :param start_method: ``"forkserver"`` (default, as SB3's ``SubprocVecEnv``), ``"spawn"`` or ``"fork"``
     """
 
@@ -241,9 +245,13 @@ class MultiprocessingRuntime(Runtime):
             self._ctx.set_forkserver_preload(_FORKSERVER_PRELOAD)
         self._procs: list[Any] = []
         self._names: list[str] = []
-        self._conns: list[Connection | None] = []
+        self._conns: list[Connection] = []
         self._finished: list[bool] = []
         self._tracebacks: dict[int, str] = {}
+        self._inbox: queue.SimpleQueue[tuple[int, str, Any]] = queue.SimpleQueue()
+        self._held: list[tuple[int, str, Any]] = []
+        self._reader: threading.Thread | None = None
+        self._reading = threading.Event()
         self._steps = torch.zeros(0, dtype=torch.int64)
         self._control = torch.zeros(1, dtype=torch.int64)
         self._closed = False
@@ -274,6 +282,22 @@ class MultiprocessingRuntime(Runtime):
         except BaseException:
             self.close()
             raise
+        self._reading.set()
+        self._reader = threading.Thread(target=self._read_loop, name="sb3_async-reader", daemon=True)
+        self._reader.start()
+
+    def _read_loop(self) -> None:
+        open_conns: dict[Any, int] = dict(zip(self._conns, range(len(self._conns))))
+        while self._reading.is_set() and open_conns:
+            ready: list[Any] = wait(list(open_conns), timeout=0.1)
+            for conn in ready:
+                rank = open_conns[conn]
+                try:
+                    message: tuple[str, Any] = conn.recv()
+                except (EOFError, OSError):
+                    del open_conns[conn]
+                    continue
+                self._inbox.put((rank, *message))
 
     def steps(self) -> int:
         return int(self._steps.sum())
@@ -284,42 +308,44 @@ class MultiprocessingRuntime(Runtime):
     def request_stop(self) -> None:
         self._control[0] = 1
 
-    def _receive(self, rank: int, out: list[tuple[int, str, Any]]) -> None:
-        conn = self._conns[rank]
-        if conn is None:
-            return
+    def _drain(self, timeout: float | None) -> list[tuple[int, str, Any]]:
+        """Messages from the inbox (waiting up to ``timeout`` for the first); errors and ends are recorded."""
+        out, self._held = self._held, []
         try:
-            while conn.poll():
-                kind, data = conn.recv()
-                if kind == "error":
-                    self._tracebacks[rank] = data
-                elif kind == "done":
-                    self._finished[rank] = True
-                else:
-                    out.append((rank, kind, data))
-        except (EOFError, OSError):
-            conn.close()
-            self._conns[rank] = None
+            items = [self._inbox.get(timeout=timeout)] if timeout else []
+        except queue.Empty:
+            items = []
+        while True:
+            try:
+                items.append(self._inbox.get_nowait())
+            except queue.Empty:
+                break
+        for rank, kind, data in items:
+            if kind == "error":
+                self._tracebacks[rank] = data
+            elif kind == "done":
+                self._finished[rank] = True
+            else:
+                out.append((rank, kind, data))
+        return out
 
     def _check_health(self) -> None:
         for rank, proc in enumerate(self._procs):
             failed = rank in self._tracebacks
             if not failed and proc.is_alive():
                 continue
-            if not failed and (self._finished[rank] or proc.exitcode == 0):
+            if not failed and proc.exitcode == 0:
                 self._finished[rank] = True
                 continue
+            # Dead or failed: give its last message (the traceback) a moment to arrive.
+            deadline = time.monotonic() + 2.0
+            while rank not in self._tracebacks and time.monotonic() < deadline:
+                self._held += self._drain(0.05)
             proc.join(timeout=2.0)
-            self._receive(rank, [])
             raise WorkerError(rank, self._names[rank], proc.exitcode, self._tracebacks.get(rank))
 
     def poll(self, timeout: float) -> list[tuple[int, str, Any]]:
-        out: list[tuple[int, str, Any]] = []
-        waitables = [c for c in self._conns if c is not None] + [p.sentinel for p in self._procs if p.exitcode is None]
-        if waitables:
-            wait(waitables, timeout=timeout)
-        for rank in range(len(self._procs)):
-            self._receive(rank, out)
+        out = self._drain(timeout)
         self._check_health()
         return out
 
@@ -329,11 +355,8 @@ class MultiprocessingRuntime(Runtime):
         self._closed = True
         self.request_stop()
         deadline = time.monotonic() + timeout
-        for rank, proc in enumerate(self._procs):
-            # Keep draining the pipe so that a worker blocked on send() can finish.
-            while proc.is_alive() and time.monotonic() < deadline:
-                self._receive(rank, [])
-                proc.join(timeout=0.05)
+        for proc in self._procs:  # the reader thread keeps draining, so a worker blocked on send() can finish
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
         for proc in self._procs:
             if proc.is_alive():
                 proc.terminate()
@@ -341,13 +364,15 @@ class MultiprocessingRuntime(Runtime):
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=1.0)
+        self._reading.clear()
+        if self._reader is not None:
+            self._reader.join(timeout=1.0)
         for conn in self._conns:
-            if conn is not None:
-                conn.close()
-        self._conns = [None] * len(self._procs)
+            conn.close()
         for proc in self._procs:
-            proc.close()
-        self._procs = []
+            if not proc.is_alive():
+                proc.close()
+        self._procs, self._conns = [], []
 
 
 def make_runtime(backend: str, start_method: str) -> Runtime:
