@@ -59,6 +59,17 @@ def check_learning_rate(value: Any) -> float | Schedule:
     return check_float("learning_rate", value)
 
 
+def _snapshot(value: Any) -> Any:
+    """A private copy of every tensor in a (nested) state dict."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {key: _snapshot(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_snapshot(item) for item in value)
+    return value
+
+
 def _write_obs(buffer: Any, offset: int, obs: Any) -> None:
     if isinstance(buffer, dict):
         for key, value in buffer.items():
@@ -210,6 +221,11 @@ class AsyncAlgorithm(BaseAlgorithm):
         self.n_envs = self.n_envs_total
         if self.env is not None and not isinstance(self.env, WorkerEnvsView):
             self.env = WorkerEnvsView(self.env, self.n_envs_total)
+
+    def get_parameters(self) -> dict[str, dict]:
+        # Workers keep writing the shared tensors while a callback saves the model: without a snapshot, the bytes the
+        # zip file checksums and the bytes it writes can differ, and the checkpoint fails to load ("Bad CRC-32").
+        return _snapshot(super().get_parameters())
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_given_env_recipe", "_train_stats"]
