@@ -129,3 +129,12 @@ def test_optimizers_update_shared_parameters(optimizer):
     assert all(not torch.equal(a, b) for a, b in zip(before, model.policy.parameters()))
     moved = any(not torch.equal(a, b) for a, b in zip(statistics_before, model.policy.optimizer.state_tensors()))
     assert moved == (optimizer == "shared_rmsprop")  # per-worker statistics stay in the workers
+
+
+def test_env_id_registered_only_in_this_process():
+    gym.register("Sb3AsyncLocalCartPole-v0", entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv",
+                 max_episode_steps=100)
+    model = A3C("MlpPolicy", "Sb3AsyncLocalCartPole-v0", n_workers=2, seed=0).learn(300)
+    assert model.num_timesteps >= 300
+    with pytest.raises(ValueError, match="NoSuchEnv-v0"):
+        A3C("MlpPolicy", "NoSuchEnv-v0", n_workers=1)

@@ -72,12 +72,17 @@ class EnvRecipe:
 
     def __init__(self, env: Any, env_kwargs: dict[str, Any] | None = None):
         self.env_id: str | None = None
+        self.env_spec: gym.envs.registration.EnvSpec | None = None
         self.factory: Callable[[], gym.Env] | None = None
         self.pickled_env: bytes | None = None
         self.vec_wrappers: list[tuple[type, dict[str, Any]]] = []
         self.env_kwargs = dict(env_kwargs or {})
         if isinstance(env, str):
             self.env_id = env
+            try:  # the spec travels to the workers: ids registered only in this process (by a plugin) still work
+                self.env_spec = gym.spec(env)
+            except gym.error.Error as error:
+                raise ValueError(f"Invalid env={env!r}: {error}") from error
         elif isinstance(env, VecEnv):
             self._from_vec_env(env)
         elif isinstance(env, gym.Env):
@@ -128,8 +133,8 @@ class EnvRecipe:
 
     def make_env(self) -> gym.Env:
         """One new env, wrapped in a ``Monitor`` (episode statistics) unless it already is."""
-        if self.env_id is not None:
-            env = gym.make(self.env_id, **self.env_kwargs)
+        if self.env_spec is not None:
+            env = gym.make(self.env_spec, **self.env_kwargs)
         elif self.factory is not None:
             env = self.factory()
             if not isinstance(env, gym.Env):
