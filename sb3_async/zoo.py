@@ -1,0 +1,299 @@
+"""The sb3_async algorithms inside the RL Baselines3 Zoo, without forking it.
+
+:func:`register` adds one entry per algorithm of :data:`ZOO_ALGORITHMS` to the zoo's own tables: the algorithm table
+(``rl_zoo3.utils.ALGOS``, which ``train``, ``enjoy``, ``record_video`` and ``push_to_hub`` read) and, where the
+algorithm has one, the hyperparameter sampler and converter tables of ``rl_zoo3.hyperparams_opt`` (``-optimize``,
+``--trial-id``). :func:`zoo_argv` points the zoo at our YAML files (``zoo_configs/<algo>.yml``) when no
+``--conf-file`` is given. ``sb3_async.train`` and ``sb3_async.enjoy`` then run the zoo's own ``train()``/``enjoy()``.
+
+What the zoo builds and what the workers need differ in two ways, which :class:`ZooAlgorithm` reconciles:
+
+- **n_envs.** The zoo builds ``n_envs`` envs in the main process and divides ``--eval-freq``/``--save-freq`` by
+  ``n_envs``; an async algorithm steps ``n_workers * n_envs_per_worker`` envs inside its workers and calls callbacks
+  once per that many steps. So ``n_envs`` must be that total: missing counts are derived from it
+  (:func:`resolve_worker_counts`), inconsistent ones are refused. The zoo's envs serve as the *template*: the
+  workers build their own copies of the first one (with its ``env_wrapper``, ``frame_stack`` and ``env_kwargs``).
+- **Monitor files.** The zoo's training envs log to ``<save_path>/<i>.monitor.csv`` through an open file, which
+  cannot travel to the workers; the copy given to the workers logs no file (training episodes reach the logger,
+  the progress bar and the callbacks through the workers' reports instead).
+
+``normalize`` (``VecNormalize``) and ``--vec-env subproc`` cannot be given to workers and fail with a ``ValueError``
+saying what to do instead. See ``docs/zoo.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import optuna
+from rl_zoo3 import hyperparams_opt
+from rl_zoo3.utils import ALGOS
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper, VecNormalize
+from torch import nn
+
+from sb3_async.a3c import A3C
+from sb3_async.common.async_algorithm import AsyncAlgorithm
+
+Sampler = Callable[[optuna.Trial, int, int, dict[str, Any]], dict[str, Any]]
+Converter = Callable[[dict[str, Any]], dict[str, Any]]
+
+#: Folder of the YAML files, ``<algo>.yml`` each (beside the package in a source checkout).
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "zoo_configs"
+
+_NET_ARCHS = {
+    "tiny": dict(pi=[64], vf=[64]),
+    "small": dict(pi=[64, 64], vf=[64, 64]),
+    "medium": dict(pi=[256, 256], vf=[256, 256]),
+}
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def convert_a3c_params(sampled_params: dict[str, Any]) -> dict[str, Any]:
+    """Optuna's sampled values (``trial.params``) to A3C constructor arguments (``-optimize``, ``--trial-id``)."""
+    hyperparams = dict(sampled_params)
+    hyperparams["gamma"] = 1 - hyperparams.pop("one_minus_gamma")
+    net_arch = _NET_ARCHS[hyperparams.pop("net_arch")]
+    activation_fn = _ACTIVATIONS[hyperparams.pop("activation_fn")]
+    hyperparams["policy_kwargs"] = dict(net_arch=net_arch, activation_fn=activation_fn)
+    return hyperparams
+
+
+def sample_a3c_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict[str, Any]) -> dict[str, Any]:
+    """Sampler for A3C hyperparameters, in the zoo's sampler signature.
+
+    The learning rate is drawn from LogUniform(1e-4, 1e-2), the paper's range (supp. §2); ``n_steps`` (t_max) around
+    the paper's 5; the other ranges are those of the zoo's A2C sampler. The worker counts are not sampled: they
+    follow ``n_envs`` (see :func:`resolve_worker_counts`).
+    """
+    one_minus_gamma = trial.suggest_float("one_minus_gamma", 0.0001, 0.03, log=True)
+    trial.set_user_attr("gamma", 1 - one_minus_gamma)
+    return convert_a3c_params(
+        {
+            "learning_rate": trial.suggest_float("learning_rate", 1e-4, 1e-2, log=True),
+            "n_steps": trial.suggest_categorical("n_steps", [5, 8, 16, 32]),
+            "one_minus_gamma": one_minus_gamma,
+            "ent_coef": trial.suggest_float("ent_coef", 1e-8, 0.1, log=True),
+            "vf_coef": trial.suggest_float("vf_coef", 0.25, 1.0),
+            "max_grad_norm": trial.suggest_float("max_grad_norm", 0.3, 5.0, log=True),
+            "net_arch": trial.suggest_categorical("net_arch", ["tiny", "small", "medium"]),
+            "activation_fn": trial.suggest_categorical("activation_fn", ["tanh", "relu"]),
+        }
+    )
+
+
+def resolve_worker_counts(n_envs: int, n_workers: int | None, n_envs_per_worker: int | None) -> tuple[int, int]:
+    """``(n_workers, n_envs_per_worker)`` such that their product is the zoo's ``n_envs``.
+
+    Neither given: one env per worker, as in the paper (``n_workers = n_envs``). One given: the other is
+    ``n_envs`` divided by it. Both given: their product must be ``n_envs``.
+
+    :raises ValueError: when the three do not fit together, saying what to pass
+    """
+    if n_workers is None and n_envs_per_worker is None:
+        return n_envs, 1
+    if n_workers is None or n_envs_per_worker is None:
+        given_name, given = ("n_workers", n_workers) if n_envs_per_worker is None else ("n_envs_per_worker", n_envs_per_worker)
+        if not isinstance(given, int) or given < 1 or n_envs % given != 0:
+            raise ValueError(
+                f"n_envs={n_envs} is not a multiple of {given_name}={given!r}: n_envs is the total number of envs, "
+                "n_workers * n_envs_per_worker (pass -params n_envs:... with a multiple)"
+            )
+        other = n_envs // given
+        return (given, other) if given_name == "n_workers" else (other, given)
+    if n_workers * n_envs_per_worker != n_envs:
+        total = n_workers * n_envs_per_worker
+        raise ValueError(
+            f"n_envs={n_envs} but n_workers={n_workers} x n_envs_per_worker={n_envs_per_worker} = {total}: n_envs is the "
+            f"total number of envs, which the zoo divides --eval-freq and --save-freq by. Pass -params n_envs:{total} "
+            "(or change n_workers / n_envs_per_worker to match)"
+        )
+    return n_workers, n_envs_per_worker
+
+
+def _check_zoo_env(env: VecEnv) -> DummyVecEnv:
+    """The ``DummyVecEnv`` under the zoo's VecEnv wrappers, or a ``ValueError`` for what workers cannot take."""
+    venv: VecEnv = env
+    while isinstance(venv, VecEnvWrapper):
+        if isinstance(venv, VecNormalize):
+            raise ValueError(
+                "`normalize` (VecNormalize) is not supported by sb3_async algorithms: each worker would keep its own "
+                "statistics and the saved vecnormalize.pkl would match none of them. Remove `normalize` from the "
+                "hyperparameters; to normalize, put a per-env wrapper in `env_wrapper` instead "
+                "(e.g. gymnasium.wrappers.NormalizeObservation), knowing that its statistics are not saved for enjoy."
+            )
+        venv = venv.venv
+    if not isinstance(venv, DummyVecEnv):
+        raise ValueError(
+            f"sb3_async algorithms cannot take a {type(venv).__name__}: their training envs already run in their "
+            "own worker processes (n_workers). Use the default --vec-env dummy."
+        )
+    return venv
+
+
+@contextlib.contextmanager
+def _without_monitor_files(venv: DummyVecEnv) -> Iterator[None]:
+    """Detach the CSV writers of the first env's ``Monitor`` wrappers while the algorithm copies it for the workers
+    (an open file cannot be pickled; the workers' copies must not write to the main process' file anyway)."""
+    monitors: list[Monitor] = []
+    env: gym.Env = venv.envs[0]
+    while True:
+        if isinstance(env, Monitor):
+            monitors.append(env)
+        if not isinstance(env, gym.Wrapper):
+            break
+        env = env.env
+    writers = [monitor.results_writer for monitor in monitors]
+    for monitor in monitors:
+        monitor.results_writer = None
+    try:
+        yield
+    finally:
+        for monitor, writer in zip(monitors, writers):
+            monitor.results_writer = writer
+
+
+@dataclass(frozen=True)
+class ZooAlgorithm:
+    """One sb3_async algorithm as the zoo sees it: called like the class by the zoo's ``ExperimentManager``
+    (``ALGOS[algo](env=..., **hyperparams)``) and loaded like it (``ALGOS[algo].load(...)``).
+
+    :param name: the zoo's ``--algo`` value; the config file is ``zoo_configs/<name>.yml``
+    :param algo_class: the sb3_async algorithm
+    :param sampler: hyperparameter sampler for ``-optimize`` (the zoo's signature), None if there is none yet
+    :param converter: turns a trial's sampled values into hyperparameters (``--storage ... --trial-id``)
+    """
+
+    name: str
+    algo_class: type[AsyncAlgorithm]
+    sampler: Sampler | None = None
+    converter: Converter | None = None
+
+    @property
+    def __name__(self) -> str:  # type: ignore[override]  # push_to_hub reads ALGOS[algo].__name__
+        return self.algo_class.__name__
+
+    @property
+    def config_path(self) -> Path:
+        return CONFIG_DIR / f"{self.name}.yml"
+
+    @staticmethod
+    def _worker_kwargs(env: VecEnv, kwargs: dict[str, Any]) -> dict[str, Any]:
+        n_workers, n_envs_per_worker = resolve_worker_counts(
+            env.num_envs, kwargs.pop("n_workers", None), kwargs.pop("n_envs_per_worker", None)
+        )
+        return dict(n_workers=n_workers, n_envs_per_worker=n_envs_per_worker)
+
+    def __call__(self, policy: Any, env: Any, **kwargs: Any) -> AsyncAlgorithm:
+        """Build the algorithm on the zoo's VecEnv of ``n_envs`` envs (see the module docstring)."""
+        if not isinstance(env, VecEnv):
+            return self.algo_class(policy, env, **kwargs)
+        base = _check_zoo_env(env)
+        kwargs.update(self._worker_kwargs(env, kwargs))
+        with _without_monitor_files(base):
+            return self.algo_class(policy, env, **kwargs)
+
+    def load(self, path: Any, env: VecEnv | None = None, **kwargs: Any) -> AsyncAlgorithm:
+        """``algo_class.load``; with an env (continued training, ``record_video``) checked and copied as in
+        :meth:`__call__`; worker counts in ``kwargs`` are resolved against ``env.num_envs``, else the saved ones stay."""
+        if not isinstance(env, VecEnv):
+            return self.algo_class.load(path, env=env, **kwargs)
+        base = _check_zoo_env(env)
+        if "n_workers" in kwargs or "n_envs_per_worker" in kwargs:
+            kwargs.update(self._worker_kwargs(env, kwargs))
+        with _without_monitor_files(base):
+            return self.algo_class.load(path, env=env, **kwargs)
+
+
+#: The algorithms registered in the zoo, one entry each. The async Q family (AsyncOneStepQ, AsyncSarsa, AsyncNStepQ)
+#: joins here with one line each once ``sb3_async`` exports it, e.g.
+#: ``ZooAlgorithm("async_one_step_q", AsyncOneStepQ)`` (add a sampler and converter to make ``-optimize`` work).
+ZOO_ALGORITHMS: tuple[ZooAlgorithm, ...] = (ZooAlgorithm("a3c", A3C, sample_a3c_params, convert_a3c_params),)
+
+
+def zoo_algorithm(name: str) -> ZooAlgorithm | None:
+    """The entry of ``name`` in :data:`ZOO_ALGORITHMS`, None if it is not one of ours."""
+    return next((entry for entry in ZOO_ALGORITHMS if entry.name == name), None)
+
+
+def register() -> None:
+    """Add every entry of :data:`ZOO_ALGORITHMS` to the zoo's algorithm, sampler and converter tables (idempotent)."""
+    for entry in ZOO_ALGORITHMS:
+        existing = ALGOS.get(entry.name)
+        if existing is not None and existing != entry:
+            raise ValueError(f"The zoo already has an algorithm named {entry.name!r} ({existing})")
+        ALGOS[entry.name] = entry  # type: ignore[assignment]
+        if entry.sampler is not None:
+            hyperparams_opt.HYPERPARAMS_SAMPLER[entry.name] = entry.sampler  # type: ignore[assignment]
+        if entry.converter is not None:
+            hyperparams_opt.HYPERPARAMS_CONVERTER[entry.name] = entry.converter  # type: ignore[assignment]
+
+
+def _pre_parse(argv: Sequence[str], options: dict[str, tuple[str, ...]], algo_default: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--algo", default=algo_default)
+    for dest, flags in options.items():
+        parser.add_argument(*flags, dest=dest, default=None)
+    namespace, _ = parser.parse_known_args(list(argv))
+    return namespace
+
+
+def zoo_argv(argv: Sequence[str], script: str) -> list[str]:
+    """``argv`` for the zoo's ``script`` (``"train"`` or ``"enjoy"``), with our defaults added for our algorithms.
+
+    - ``train``: ``--conf-file zoo_configs/<algo>.yml`` unless a config file is given;
+    - ``enjoy``: ``--folder logs`` (where ``train`` saves) unless a folder is given: the zoo's default,
+      ``rl-trained-agents``, would try to download the agent from the Hugging Face Hub.
+
+    Other algorithms' arguments pass unchanged.
+    """
+    argv = list(argv)
+    if script == "train":
+        args = _pre_parse(argv, {"conf_file": ("-conf", "--conf-file")}, algo_default="ppo")
+        entry = zoo_algorithm(args.algo)
+        if entry is not None and args.conf_file is None:
+            if not entry.config_path.is_file():
+                raise FileNotFoundError(
+                    f"No zoo config for {args.algo!r} at {entry.config_path}: pass one with --conf-file PATH"
+                )
+            argv += ["--conf-file", str(entry.config_path)]
+    elif script == "enjoy":
+        args = _pre_parse(argv, {"folder": ("-f", "--folder")}, algo_default="ppo")
+        if zoo_algorithm(args.algo) is not None and args.folder is None:
+            argv += ["--folder", "logs"]
+    else:
+        raise ValueError(f"Invalid script={script!r}: expected 'train' or 'enjoy'")
+    return argv
+
+
+@contextlib.contextmanager
+def _argv(argv: list[str]) -> Iterator[None]:
+    import sys
+
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else "sb3_async", *argv]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def run_zoo(script: str, argv: Sequence[str] | None = None) -> None:
+    """Register our algorithms, then run the zoo's own ``train()`` or ``enjoy()`` on ``argv`` (default:
+    ``sys.argv[1:]``) completed by :func:`zoo_argv`."""
+    import sys
+
+    register()
+    full_argv = zoo_argv(sys.argv[1:] if argv is None else argv, script)
+    if script == "train":
+        from rl_zoo3.train import train as zoo_main
+    else:
+        from rl_zoo3.enjoy import enjoy as zoo_main
+    with _argv(full_argv):
+        zoo_main()

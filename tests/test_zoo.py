@@ -1,0 +1,331 @@
+"""The RL Zoo integration: every YAML entry builds its model through the zoo's own ExperimentManager, the CLI trains
+into the zoo's folder layout, ``enjoy`` loads what it saved, ``-optimize`` runs with our sampler."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import optuna
+import pytest
+import yaml
+from rl_zoo3 import hyperparams_opt
+from rl_zoo3.exp_manager import ExperimentManager
+from rl_zoo3.utils import ALGOS, SimpleLinearSchedule
+from stable_baselines3.common.vec_env import VecFrameStack
+
+from sb3_async import A3C, zoo
+
+REPO = Path(__file__).resolve().parent.parent
+# n_envs, n_workers and n_envs_per_worker of the CLI runs: 2 workers on the 2 cores of CI
+SMALL = ["n_envs:2", "n_workers:2", "n_envs_per_worker:1"]
+
+
+def _entries() -> list[tuple[str, str]]:
+    entries = []
+    for path in sorted(zoo.CONFIG_DIR.glob("*.yml")):
+        entries += [(path.stem, key) for key in yaml.safe_load(path.read_text())]
+    return entries
+
+
+# The `atari` fallback is built for an Atari game that has no entry of its own.
+ENV_OF_KEY = {"atari": "SeaquestNoFrameskip-v4", "default": "CartPole-v1"}
+
+
+@pytest.fixture(autouse=True)
+def registered() -> None:
+    zoo.register()
+
+
+def build(algo: str, env_id: str, log_folder: Path, hyperparams: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    """The model the zoo's train() would build (same ExperimentManager, our registration and config), untrained."""
+    entry = zoo.zoo_algorithm(algo)
+    assert entry is not None
+    kwargs.setdefault("config", str(entry.config_path))
+    manager = ExperimentManager(
+        argparse.Namespace(),
+        algo,
+        env_id,
+        str(log_folder),
+        n_timesteps=0,
+        eval_freq=-1,
+        hyperparams=hyperparams,
+        seed=0,
+        **kwargs,
+    )
+    result = manager.setup_experiment()
+    assert result is not None
+    return result[0]
+
+
+def run_cli(module: str, *args: str, cwd: Path) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert result.returncode == 0, f"{module} {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return result.stdout
+
+
+def test_registered_in_the_zoo_tables() -> None:
+    for entry in zoo.ZOO_ALGORITHMS:
+        assert ALGOS[entry.name] is entry
+        assert entry.__name__ == entry.algo_class.__name__  # push_to_hub reads it
+        if entry.sampler is not None:
+            assert hyperparams_opt.HYPERPARAMS_SAMPLER[entry.name] is entry.sampler
+            assert hyperparams_opt.HYPERPARAMS_CONVERTER[entry.name] is entry.converter
+    assert ALGOS["a3c"].algo_class is A3C  # type: ignore[attr-defined]
+    zoo.register()  # idempotent
+    assert "ppo" in ALGOS  # the zoo's own algorithms stay
+
+
+def test_every_config_file_has_an_algorithm_and_back() -> None:
+    files = {path.stem for path in zoo.CONFIG_DIR.glob("*.yml")}
+    names = {entry.name for entry in zoo.ZOO_ALGORITHMS}
+    assert files - names == set(), "config files without an entry in sb3_async.zoo.ZOO_ALGORITHMS"
+    assert names - files == set(), "algorithms without zoo_configs/<algo>.yml"
+
+
+def test_every_entry_says_where_its_values_come_from() -> None:
+    for path in sorted(zoo.CONFIG_DIR.glob("*.yml")):
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line and not line[0].isspace() and not line.startswith("#"):
+                previous = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+                assert previous.startswith("#"), f"{path.name}: {line!r} has no comment on its sources"
+
+
+@pytest.mark.parametrize(("algo", "key"), _entries())
+def test_entry_builds_its_model(algo: str, key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # MuJoCo writes MUJOCO_LOG.TXT into the working directory
+    env_id = ENV_OF_KEY.get(key, key)
+    config = yaml.safe_load((zoo.CONFIG_DIR / f"{algo}.yml").read_text())[key]
+    try:
+        model = build(algo, env_id, tmp_path)
+    except gym.error.DependencyNotInstalled as error:
+        pytest.skip(f"{env_id} needs an optional dependency: {error}")
+    try:
+        entry = zoo.zoo_algorithm(algo)
+        assert entry is not None and type(model) is entry.algo_class
+        assert model.n_envs == config.get("n_envs", 1) == model.n_workers * model.n_envs_per_worker
+        for name in ("n_workers", "n_envs_per_worker"):
+            if name in config:
+                assert getattr(model, name) == config[name]
+        assert model.policy_class is entry.algo_class.policy_aliases[config["policy"]]
+        for name in ("n_steps", "gamma", "ent_coef", "vf_coef", "max_grad_norm"):
+            if name in config:
+                assert getattr(model, name) == pytest.approx(config[name]), name
+        learning_rate = config.get("learning_rate")
+        if isinstance(learning_rate, str):
+            assert isinstance(model.learning_rate, SimpleLinearSchedule)
+            assert model.learning_rate.initial_value == pytest.approx(float(learning_rate.split("_")[1]))
+        # What each worker will build from the zoo's env: same spaces, wrappers and frame stack, no file handle.
+        worker_env = model._env_recipe.make_vec_env(1, seed=0)
+        try:
+            assert worker_env.observation_space == model.observation_space
+            assert worker_env.action_space == model.action_space
+            assert worker_env.reset().shape == (1, *model.observation_space.shape)
+            if "frame_stack" in config:
+                assert model.observation_space.shape[0] == config["frame_stack"]  # channel-first after VecTransposeImage
+                assert any(cls is VecFrameStack for cls, _ in model._env_recipe.vec_wrappers)
+        finally:
+            worker_env.close()
+        saved = yaml.load((tmp_path / algo / f"{env_id}_1" / env_id / "config.yml").read_text(), Loader=yaml.UnsafeLoader)
+        assert dict(saved)["n_envs"] == model.n_envs
+    finally:
+        model.env.close()
+
+
+def test_resolve_worker_counts() -> None:
+    assert zoo.resolve_worker_counts(16, None, None) == (16, 1)
+    assert zoo.resolve_worker_counts(16, 2, None) == (2, 8)
+    assert zoo.resolve_worker_counts(16, None, 4) == (4, 4)
+    assert zoo.resolve_worker_counts(16, 2, 8) == (2, 8)
+    with pytest.raises(ValueError, match=r"-params n_envs:4"):
+        zoo.resolve_worker_counts(16, 2, 2)
+    with pytest.raises(ValueError, match="not a multiple of n_workers=3"):
+        zoo.resolve_worker_counts(16, 3, None)
+
+
+def test_inconsistent_n_envs_fails_saying_what_to_pass(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"n_envs=4 but n_workers=2 x n_envs_per_worker=8 = 16.*-params n_envs:16"):
+        build("a3c", "CartPole-v1", tmp_path, hyperparams={"n_envs": 4})
+
+
+def test_worker_counts_derived_from_n_envs(tmp_path: Path) -> None:
+    conf = tmp_path / "conf.yml"
+    conf.write_text("CartPole-v1:\n  n_envs: 4\n  n_envs_per_worker: 2\n  n_timesteps: 1000\n  policy: 'MlpPolicy'\n")
+    model = build("a3c", "CartPole-v1", tmp_path, config=str(conf))
+    assert (model.n_workers, model.n_envs_per_worker, model.n_envs) == (2, 2, 4)
+    model.env.close()
+
+
+def test_normalize_fails_clearly(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="`normalize` .* not supported"):
+        build("a3c", "CartPole-v1", tmp_path, hyperparams={"normalize": True})
+
+
+def test_subproc_vec_env_fails_clearly(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="cannot take a SubprocVecEnv.*--vec-env dummy"):
+        build(
+            "a3c",
+            "CartPole-v1",
+            tmp_path,
+            hyperparams={"n_envs": 2, "n_workers": 2, "n_envs_per_worker": 1},
+            vec_env_type="subproc",
+        )
+
+
+def test_zoo_argv_defaults() -> None:
+    conf = str(REPO / "zoo_configs" / "a3c.yml")
+    assert zoo.zoo_argv(["--algo", "a3c", "--env", "CartPole-v1"], "train")[-2:] == ["--conf-file", conf]
+    for given in (["-conf", "x.yml"], ["--conf-file", "x.yml"], ["--conf-file=x.yml"]):
+        argv = ["--algo", "a3c", *given]
+        assert zoo.zoo_argv(argv, "train") == argv
+    assert zoo.zoo_argv(["--algo", "ppo"], "train") == ["--algo", "ppo"]
+    assert zoo.zoo_argv(["--algo", "a3c"], "enjoy") == ["--algo", "a3c", "--folder", "logs"]
+    assert zoo.zoo_argv(["--algo", "a3c", "-f", "runs"], "enjoy") == ["--algo", "a3c", "-f", "runs"]
+    assert zoo.zoo_argv(["--algo", "ppo"], "enjoy") == ["--algo", "ppo"]
+
+
+def test_sampler_and_converter(tmp_path: Path) -> None:
+    params = dict(
+        learning_rate=3e-3,
+        n_steps=8,
+        one_minus_gamma=0.01,
+        ent_coef=1e-3,
+        vf_coef=0.5,
+        max_grad_norm=1.0,
+        net_arch="tiny",
+        activation_fn="relu",
+    )
+    sampled = zoo.sample_a3c_params(optuna.trial.FixedTrial(params), 0, 2, {})
+    assert sampled == zoo.convert_a3c_params(params)
+    assert sampled["gamma"] == pytest.approx(0.99) and "one_minus_gamma" not in sampled
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=1, **sampled)
+    assert [layer.out_features for layer in model.policy.mlp_extractor.policy_net if hasattr(layer, "out_features")] == [64]
+
+
+def test_console_scripts_declared() -> None:
+    scripts = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="console_scripts")}
+    assert scripts.get("sb3-async-train") == "sb3_async.train:main"
+    assert scripts.get("sb3-async-enjoy") == "sb3_async.enjoy:main"
+
+
+def test_train_then_enjoy_through_the_cli(tmp_path: Path) -> None:
+    out = run_cli(
+        "sb3_async.train",
+        "--algo",
+        "a3c",
+        "--env",
+        "CartPole-v1",
+        "-n",
+        "3000",
+        "--seed",
+        "1",
+        "--eval-freq",
+        "1000",
+        "--eval-episodes",
+        "2",
+        "--save-freq",
+        "1000",
+        "-tb",
+        "tb",
+        "-params",
+        *SMALL,
+        cwd=tmp_path,
+    )
+    assert f"Loading hyperparameters from: {zoo.CONFIG_DIR / 'a3c.yml'}" in out
+    run = tmp_path / "logs" / "a3c" / "CartPole-v1_1"  # the zoo's layout, default log folder
+    for name in (
+        "CartPole-v1.zip",
+        "best_model.zip",
+        "evaluations.npz",
+        "rl_model_1000_steps.zip",
+        "CartPole-v1/config.yml",
+        "CartPole-v1/args.yml",
+        "CartPole-v1/command.txt",
+    ):
+        assert (run / name).is_file(), name
+    config = dict(yaml.load((run / "CartPole-v1" / "config.yml").read_text(), Loader=yaml.UnsafeLoader))
+    assert (config["n_workers"], config["n_envs"], config["learning_rate"]) == (2, 2, 1e-3)
+    assert list((tmp_path / "tb" / "CartPole-v1").glob("A3C_1/events.out.tfevents.*"))
+    model = A3C.load(run / "CartPole-v1.zip")
+    assert model.num_timesteps >= 3000 and model.n_workers == 2
+
+    # enjoy: finds the latest run under ./logs by default, loads it, runs episodes
+    out = run_cli("sb3_async.enjoy", "--algo", "a3c", "--env", "CartPole-v1", "-n", "400", "--no-render", cwd=tmp_path)
+    assert f"Loading {Path('logs/a3c/CartPole-v1_1/CartPole-v1.zip')}" in out
+    assert "Mean reward:" in out and "Episodes" in out
+    out = run_cli(
+        "sb3_async.enjoy",
+        "--algo",
+        "a3c",
+        "--env",
+        "CartPole-v1",
+        "-n",
+        "300",
+        "--no-render",
+        "--load-checkpoint",
+        "1000",
+        "-f",
+        "logs",
+        cwd=tmp_path,
+    )
+    assert "rl_model_1000_steps.zip" in out
+
+    # continue training from the saved model (-i): loaded with the zoo's env, written to a new run folder
+    run_cli(
+        "sb3_async.train",
+        "--algo",
+        "a3c",
+        "--env",
+        "CartPole-v1",
+        "-n",
+        "1000",
+        "--eval-freq",
+        "-1",
+        "-i",
+        str(run / "CartPole-v1.zip"),
+        "-params",
+        *SMALL,
+        cwd=tmp_path,
+    )
+    assert (tmp_path / "logs" / "a3c" / "CartPole-v1_2" / "CartPole-v1.zip").is_file()
+
+
+def test_optimize_through_the_cli(tmp_path: Path) -> None:
+    out = run_cli(
+        "sb3_async.train",
+        "--algo",
+        "a3c",
+        "--env",
+        "CartPole-v1",
+        "-optimize",
+        "--n-trials",
+        "2",
+        "-n",
+        "1500",
+        "--n-evaluations",
+        "1",
+        "--eval-episodes",
+        "2",
+        "--no-optim-plots",
+        "--seed",
+        "0",
+        "-params",
+        *SMALL,
+        cwd=tmp_path,
+    )
+    assert "Number of finished trials:  2" in out
+    assert list((tmp_path / "logs" / "a3c").glob("report_CartPole-v1_2-trials-1500-tpe-median_*.csv"))
