@@ -89,8 +89,15 @@ def test_logger_keys_and_continued_counting(tmp_path):
     model.learn(1000, reset_num_timesteps=False, log_interval=10)
     assert model.num_timesteps >= first + 1000
     header = (tmp_path / "progress.csv").read_text().splitlines()[0].split(",")
-    for key in ("rollout/ep_rew_mean", "time/fps", "train/policy_loss", "train/value_loss", "train/entropy_loss",
-                "train/learning_rate", "time/total_timesteps"):
+    for key in (
+        "rollout/ep_rew_mean",
+        "time/fps",
+        "train/policy_loss",
+        "train/value_loss",
+        "train/entropy_loss",
+        "train/learning_rate",
+        "time/total_timesteps",
+    ):
         assert key in header
 
 
@@ -125,7 +132,41 @@ def test_workers_keep_training_while_a_callback_is_busy():
             return True
 
     callback = SlowOnce()
-    model = A3C("CnnPolicy", lambda: FakeImageEnv(screen_height=84, screen_width=84, n_channels=4, discrete=True), n_workers=2, n_envs_per_worker=4, seed=0)
+    model = A3C(
+        "CnnPolicy",
+        lambda: FakeImageEnv(screen_height=84, screen_width=84, n_channels=4, discrete=True),
+        n_workers=2,
+        n_envs_per_worker=4,
+        seed=0,
+    )
     model.learn(1_000_000, callback=callback)
     assert callback.after_pause is not None and callback.after_pause - callback.start_steps >= 1000
     assert callback.locals["new_obs"].shape == (8, 4, 84, 84)
+
+
+def test_pause_workers_freezes_steps_and_parameters():
+    """``pause_workers()`` parks every worker: no env step and no parameter change until the block ends."""
+    observed = []
+
+    class PauseOnce(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= 2000 and not observed:
+                with self.model.pause_workers():
+                    runtime = self.model._runtime
+                    steps = runtime.steps()
+                    params = [p.detach().clone() for p in self.model.policy.parameters()]
+                    import time
+
+                    time.sleep(0.3)
+                    observed.append(runtime.steps() == steps)
+                    observed.append(all(torch.equal(p, q) for p, q in zip(params, self.model.policy.parameters())))
+            return True
+
+    import torch
+
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=2, seed=0)
+    model.learn(6000, callback=PauseOnce())
+    assert observed == [True, True]
+    assert model.num_timesteps >= 6000  # workers resumed after the block
+    with model.pause_workers():  # outside learn(): nothing to pause
+        pass

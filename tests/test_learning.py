@@ -19,9 +19,7 @@ class StopAtTrainingReturn(BaseCallback):
 
 
 def test_a3c_learns_cartpole():
-    model = A3C(
-        "MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=8, learning_rate=1e-3, ent_coef=0.0, seed=0
-    )
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=8, learning_rate=1e-3, ent_coef=0.0, seed=0)
     model.learn(400_000, callback=StopAtTrainingReturn(490))
     mean, _ = evaluate_policy(model, gym.make("CartPole-v1"), n_eval_episodes=10, deterministic=True, warn=False)
     assert mean >= 475, f"deterministic evaluation mean {mean} after {model.num_timesteps} steps"

@@ -109,8 +109,9 @@ def _report_threads(ctx, payload):
 def test_workers_single_threaded_and_seeded_by_rank():
     runtime = MultiprocessingRuntime("forkserver")
     with runtime:
-        runtime.start([WorkerSpec(_report_threads, name="probe") for _ in range(2)], seed=10, start_timesteps=0,
-                      total_timesteps=1)
+        runtime.start(
+            [WorkerSpec(_report_threads, name="probe") for _ in range(2)], seed=10, start_timesteps=0, total_timesteps=1
+        )
         messages = []
         while runtime.running():
             messages += runtime.poll(0.1)

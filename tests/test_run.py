@@ -132,8 +132,9 @@ def test_optimizers_update_shared_parameters(optimizer):
 
 
 def test_env_id_registered_only_in_this_process():
-    gym.register("Sb3AsyncLocalCartPole-v0", entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv",
-                 max_episode_steps=100)
+    gym.register(
+        "Sb3AsyncLocalCartPole-v0", entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv", max_episode_steps=100
+    )
     model = A3C("MlpPolicy", "Sb3AsyncLocalCartPole-v0", n_workers=2, seed=0).learn(300)
     assert model.num_timesteps >= 300
     with pytest.raises(ValueError, match="NoSuchEnv-v0"):

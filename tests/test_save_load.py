@@ -29,8 +29,8 @@ def test_round_trip_in_fresh_process(model_class, tmp_path):
         import numpy as np
         from sb3_async import {model_class.__name__} as Model
         model = Model.load({str(path)!r})
-        actions, _ = model.predict(np.load({str(tmp_path / 'obs.npy')!r}), deterministic=True)
-        np.save({str(tmp_path / 'actions.npy')!r}, actions)
+        actions, _ = model.predict(np.load({str(tmp_path / "obs.npy")!r}), deterministic=True)
+        np.save({str(tmp_path / "actions.npy")!r}, actions)
         """
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)

@@ -53,8 +53,9 @@ def _stack(items: list[Any]) -> Any:
 def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     """One actor-learner of supp. Algorithm S3; ``n_envs`` envs stepped in lockstep share each update."""
     env = cfg.env_recipe.make_vec_env(cfg.n_envs, seed=ctx.base_seed + ctx.rank * cfg.n_envs)
-    local = build_worker_policy(cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule,
-                                cfg.policy_kwargs)  # θ'
+    local = build_worker_policy(
+        cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule, cfg.policy_kwargs
+    )  # θ'
     local.set_training_mode(True)
     shared_params: list[torch.Tensor] = ctx.shared["params"]  # type: ignore[assignment]
     local_params = list(local.parameters())
@@ -115,9 +116,7 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
         # Asynchronous update of θ using dθ, without locks.
         optimizer.step([param.grad for param in local_params], cfg.lr_schedule(ctx.progress_remaining))
         ctx.add_steps(n * cfg.n_envs)
-        reporter.record_train(
-            policy_loss=policy_loss.item(), value_loss=value_loss.item(), entropy_loss=entropy_loss.item()
-        )
+        reporter.record_train(policy_loss=policy_loss.item(), value_loss=value_loss.item(), entropy_loss=entropy_loss.item())
         reporter.maybe_flush(obs)
     reporter.maybe_flush(obs, force=True)
     env.close()

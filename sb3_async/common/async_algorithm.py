@@ -9,12 +9,14 @@ are started, supervised and stopped by :mod:`sb3_async.common.runtime`; an algor
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
 import time
 from abc import abstractmethod
 from collections import deque
+from collections.abc import Iterator
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -212,6 +214,7 @@ class AsyncAlgorithm(BaseAlgorithm):
             raise ValueError(f"Invalid env: {type(self).__name__} supports {accepted} action spaces, got {self.action_space}")
         self._use_worker_view()
         self._train_stats: dict[int, dict[str, float]] = {}
+        self._runtime: Runtime | None = None
 
     @property
     def n_envs_total(self) -> int:
@@ -228,7 +231,7 @@ class AsyncAlgorithm(BaseAlgorithm):
         return _snapshot(super().get_parameters())
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_given_env_recipe", "_train_stats"]
+        return [*super()._excluded_save_params(), "_given_env_recipe", "_train_stats", "_runtime"]
 
     def _setup_model(self) -> None:
         # Runs again in load(), after the saved attributes replaced ours: an env given to load() wins.
@@ -236,6 +239,7 @@ class AsyncAlgorithm(BaseAlgorithm):
             self._env_recipe = self._given_env_recipe
         self._use_worker_view()
         self._train_stats = {}
+        self._runtime = None
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
 
@@ -302,14 +306,35 @@ class AsyncAlgorithm(BaseAlgorithm):
         latest_obs = _shared_obs_buffer(self.observation_space, self.n_envs)
         for spec in specs:
             spec.shared["latest_obs"] = latest_obs
-        runtime = make_runtime(self.backend, self.start_method)
+        runtime = self._runtime = make_runtime(self.backend, self.start_method)
         try:
             runtime.start(specs, worker_seed(self.seed), self.num_timesteps, total_timesteps)
             self._supervise(runtime, callback, total_timesteps, log_interval, latest_obs)
         finally:
+            self._runtime = None
             runtime.close()
         callback.on_training_end()
         return self
+
+    @contextlib.contextmanager
+    def pause_workers(self, timeout: float = 30.0) -> Iterator[None]:
+        """Park every worker while the block runs, e.g. to evaluate a frozen policy from a callback::
+
+            with model.pause_workers():
+                mean, std = evaluate_policy(model, eval_env)
+
+        Workers park between two updates (never mid-update) and resume when the block ends. Outside ``learn()``
+        there are no workers and this does nothing. Without it, workers keep training while callbacks run.
+        """
+        runtime = self._runtime
+        if runtime is None:
+            yield
+            return
+        runtime.pause(timeout)
+        try:
+            yield
+        finally:
+            runtime.resume()
 
     def _iteration_steps(self) -> int:
         return self.n_envs * int(getattr(self, "n_steps", 1))

@@ -96,6 +96,7 @@ class WorkerContext:
         base_seed: int,
         steps: torch.Tensor,
         control: torch.Tensor,
+        parked: torch.Tensor,
         conn: Connection,
         shared: dict[str, Any],
         start_timesteps: int,
@@ -105,7 +106,7 @@ class WorkerContext:
         self.base_seed, self.seed = base_seed, base_seed + rank
         self.shared = shared
         self.start_timesteps, self.total_timesteps = start_timesteps, total_timesteps
-        self._steps, self._control, self._conn = steps, control, conn
+        self._steps, self._control, self._parked, self._conn = steps, control, parked, conn
         self._own_steps = 0
 
     @property
@@ -125,7 +126,16 @@ class WorkerContext:
         return self.num_timesteps
 
     def should_stop(self) -> bool:
-        """True once the main process asked to stop or the step budget is spent."""
+        """True once the main process asked to stop or the step budget is spent.
+
+        Workers call it between updates; it is also where a worker parks while the main process has paused the
+        workers (:meth:`Runtime.pause`), so a paused worker holds no half-applied update.
+        """
+        if self._control[1]:
+            self._parked[self.rank] = 1
+            while self._control[1] and not self._control[0]:
+                time.sleep(0.002)
+            self._parked[self.rank] = 0
         return bool(self._control[0]) or self.num_timesteps >= self.total_timesteps
 
     def send(self, kind: str, data: Any) -> None:
@@ -167,6 +177,7 @@ def _worker_main(
     shared: dict[str, Any],
     steps: torch.Tensor,
     control: torch.Tensor,
+    parked: torch.Tensor,
     conn: Connection,
     start_timesteps: int,
     total_timesteps: int,
@@ -176,7 +187,9 @@ def _worker_main(
     _watch_parent(parent_pid)
     torch.set_num_threads(1)
     torch.distributions.Distribution.set_default_validate_args(False)  # per-step argument checks cost more than the net
-    ctx = WorkerContext(rank, name, n_workers, base_seed, steps, control, conn, shared, start_timesteps, total_timesteps)
+    ctx = WorkerContext(
+        rank, name, n_workers, base_seed, steps, control, parked, conn, shared, start_timesteps, total_timesteps
+    )
     try:
         fn, payload = cloudpickle.loads(fn_and_payload)
         from stable_baselines3.common.utils import set_random_seed
@@ -217,6 +230,15 @@ class Runtime(ABC):
         """Ask every worker to finish (they see :meth:`WorkerContext.should_stop`)."""
 
     @abstractmethod
+    def pause(self, timeout: float = 30.0) -> None:
+        """Park every worker at its next :meth:`WorkerContext.should_stop` and return once all are parked (or
+        finished). Raises :class:`WorkerError` if a worker dies meanwhile, ``TimeoutError`` after ``timeout``."""
+
+    @abstractmethod
+    def resume(self) -> None:
+        """Let parked workers go on."""
+
+    @abstractmethod
     def close(self, timeout: float = 5.0) -> None:
         """Stop every worker and release everything. Safe to call twice."""
 
@@ -253,7 +275,8 @@ class MultiprocessingRuntime(Runtime):
         self._reader: threading.Thread | None = None
         self._reading = threading.Event()
         self._steps = torch.zeros(0, dtype=torch.int64)
-        self._control = torch.zeros(1, dtype=torch.int64)
+        self._control = torch.zeros(2, dtype=torch.int64)  # [stop, pause]
+        self._parked = torch.zeros(0, dtype=torch.int64)
         self._closed = False
 
     def start(self, specs: Sequence[WorkerSpec], seed: int, start_timesteps: int, total_timesteps: int) -> None:
@@ -261,7 +284,8 @@ class MultiprocessingRuntime(Runtime):
             raise ValueError("At least one worker spec is needed")
         n = len(specs)
         self._steps = torch.zeros(n, dtype=torch.int64).share_memory_()
-        self._control = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._control = torch.zeros(2, dtype=torch.int64).share_memory_()
+        self._parked = torch.zeros(n, dtype=torch.int64).share_memory_()
         self._finished = [False] * n
         try:
             for rank, spec in enumerate(specs):
@@ -270,8 +294,21 @@ class MultiprocessingRuntime(Runtime):
                 proc = self._ctx.Process(
                     target=_worker_main,
                     name=f"sb3_async-{spec.name}",
-                    args=(rank, spec.name, n, seed, os.getpid(), blob, spec.shared, self._steps, self._control,
-                          writer, start_timesteps, total_timesteps),
+                    args=(
+                        rank,
+                        spec.name,
+                        n,
+                        seed,
+                        os.getpid(),
+                        blob,
+                        spec.shared,
+                        self._steps,
+                        self._control,
+                        self._parked,
+                        writer,
+                        start_timesteps,
+                        total_timesteps,
+                    ),
                     daemon=True,
                 )
                 proc.start()
@@ -307,6 +344,22 @@ class MultiprocessingRuntime(Runtime):
 
     def request_stop(self) -> None:
         self._control[0] = 1
+
+    def pause(self, timeout: float = 30.0) -> None:
+        self._control[1] = 1
+        deadline = time.monotonic() + timeout
+        while True:
+            self._held += self._drain(0.0)
+            self._check_health()
+            if all(bool(parked) or finished for parked, finished in zip(self._parked.tolist(), self._finished)):
+                return
+            if time.monotonic() > deadline:
+                self.resume()
+                raise TimeoutError(f"The workers did not pause within {timeout} s")
+            time.sleep(0.002)
+
+    def resume(self) -> None:
+        self._control[1] = 0
 
     def _drain(self, timeout: float | None) -> list[tuple[int, str, Any]]:
         """Messages from the inbox (waiting up to ``timeout`` for the first); errors and ends are recorded."""

@@ -58,8 +58,13 @@ class _NoOptimizer:
         self.param_groups: list[dict[str, Any]] = []
 
 
-def build_worker_policy(policy_class: type, observation_space: spaces.Space, action_space: spaces.Space,
-                        lr_schedule: Any, policy_kwargs: dict[str, Any]) -> Any:
+def build_worker_policy(
+    policy_class: type,
+    observation_space: spaces.Space,
+    action_space: spaces.Space,
+    lr_schedule: Any,
+    policy_kwargs: dict[str, Any],
+) -> Any:
     """A private copy θ' of the policy for a worker, on CPU, without building its (unused) torch optimizer."""
     kwargs = {**policy_kwargs, "optimizer_class": _NoOptimizer, "optimizer_kwargs": {}}
     return policy_class(observation_space, action_space, lr_schedule, **kwargs)
