@@ -3,6 +3,7 @@
 import os
 
 from sb3_async.a3c import A3C
+from sb3_async.async_q import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 from sb3_async.common.optimizers import MomentumSGD, SharedRMSprop
 from sb3_async.common.policies import MnihCNN
 from sb3_async.common.runtime import WorkerError
@@ -10,4 +11,14 @@ from sb3_async.common.runtime import WorkerError
 with open(os.path.join(os.path.dirname(__file__), "version.txt")) as file_handler:
     __version__ = file_handler.read().strip()
 
-__all__ = ["A3C", "MnihCNN", "MomentumSGD", "SharedRMSprop", "WorkerError", "__version__"]
+__all__ = [
+    "A3C",
+    "AsyncNStepQ",
+    "AsyncOneStepQ",
+    "AsyncSarsa",
+    "MnihCNN",
+    "MomentumSGD",
+    "SharedRMSprop",
+    "WorkerError",
+    "__version__",
+]

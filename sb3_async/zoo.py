@@ -39,6 +39,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper,
 from torch import nn
 
 from sb3_async.a3c import A3C
+from sb3_async.async_q import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 from sb3_async.common.async_algorithm import AsyncAlgorithm
 
 Sampler = Callable[[optuna.Trial, int, int, dict[str, Any]], dict[str, Any]]
@@ -84,6 +85,39 @@ def sample_a3c_params(trial: optuna.Trial, n_actions: int, n_envs: int, addition
             "max_grad_norm": trial.suggest_float("max_grad_norm", 0.3, 5.0, log=True),
             "net_arch": trial.suggest_categorical("net_arch", ["tiny", "small", "medium"]),
             "activation_fn": trial.suggest_categorical("activation_fn", ["tanh", "relu"]),
+        }
+    )
+
+
+_Q_NET_ARCHS = {"tiny": [64], "small": [64, 64], "medium": [256, 256]}
+
+
+def convert_async_q_params(sampled_params: dict[str, Any]) -> dict[str, Any]:
+    """Optuna's sampled values to constructor arguments of the async Q family (``-optimize``, ``--trial-id``)."""
+    hyperparams = dict(sampled_params)
+    hyperparams["gamma"] = 1 - hyperparams.pop("one_minus_gamma")
+    hyperparams["policy_kwargs"] = dict(net_arch=_Q_NET_ARCHS[hyperparams.pop("net_arch")])
+    return hyperparams
+
+
+def sample_async_q_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict[str, Any]) -> dict[str, Any]:
+    """Sampler for AsyncOneStepQ, AsyncSarsa and AsyncNStepQ, in the zoo's sampler signature.
+
+    The learning rate is drawn from LogUniform(1e-4, 1e-2), the paper's range (supp. §2); ``n_steps``
+    (I_AsyncUpdate / t_max) around the paper's 5; the target-network interval, exploration fraction, loss and
+    network sizes from ranges like the zoo's DQN sampler. The paper's per-worker ε distribution is kept.
+    """
+    one_minus_gamma = trial.suggest_float("one_minus_gamma", 0.0001, 0.03, log=True)
+    trial.set_user_attr("gamma", 1 - one_minus_gamma)
+    return convert_async_q_params(
+        {
+            "learning_rate": trial.suggest_float("learning_rate", 1e-4, 1e-2, log=True),
+            "n_steps": trial.suggest_categorical("n_steps", [5, 8, 16, 32]),
+            "one_minus_gamma": one_minus_gamma,
+            "target_update_interval": trial.suggest_categorical("target_update_interval", [500, 1000, 2000, 5000, 10000]),
+            "exploration_fraction": trial.suggest_float("exploration_fraction", 0.02, 0.3),
+            "loss": trial.suggest_categorical("loss", ["mse", "huber"]),
+            "net_arch": trial.suggest_categorical("net_arch", ["tiny", "small", "medium"]),
         }
     )
 
@@ -211,10 +245,13 @@ class ZooAlgorithm:
             return self.algo_class.load(path, env=env, **kwargs)
 
 
-#: The algorithms registered in the zoo, one entry each. The async Q family (AsyncOneStepQ, AsyncSarsa, AsyncNStepQ)
-#: joins here with one line each once ``sb3_async`` exports it, e.g.
-#: ``ZooAlgorithm("async_one_step_q", AsyncOneStepQ)`` (add a sampler and converter to make ``-optimize`` work).
-ZOO_ALGORITHMS: tuple[ZooAlgorithm, ...] = (ZooAlgorithm("a3c", A3C, sample_a3c_params, convert_a3c_params),)
+#: The algorithms registered in the zoo, one entry each (a new algorithm joins with one line and its YAML file).
+ZOO_ALGORITHMS: tuple[ZooAlgorithm, ...] = (
+    ZooAlgorithm("a3c", A3C, sample_a3c_params, convert_a3c_params),
+    ZooAlgorithm("async_one_step_q", AsyncOneStepQ, sample_async_q_params, convert_async_q_params),
+    ZooAlgorithm("async_sarsa", AsyncSarsa, sample_async_q_params, convert_async_q_params),
+    ZooAlgorithm("async_n_step_q", AsyncNStepQ, sample_async_q_params, convert_async_q_params),
+)
 
 
 def zoo_algorithm(name: str) -> ZooAlgorithm | None:

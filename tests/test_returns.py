@@ -3,7 +3,13 @@
 import numpy as np
 import pytest
 
-from sb3_async.common.returns import bootstrap_truncated_rewards, nstep_returns
+from sb3_async.common.returns import (
+    bootstrap_truncated_rewards,
+    nstep_q_targets,
+    nstep_returns,
+    one_step_q_targets,
+    sarsa_targets,
+)
 
 
 def test_nstep_returns_bootstrap_from_last_value():
@@ -37,3 +43,44 @@ def test_truncation_bootstraps_from_terminal_value():
 def test_shape_mismatch_is_an_error():
     with pytest.raises(ValueError, match="Shapes"):
         nstep_returns(np.zeros((3, 2)), np.zeros((3, 2), bool), np.zeros(3), gamma=0.9)
+
+
+def test_one_step_q_targets():
+    # y = r + γ max_a' Q(s', a'; θ⁻), and r alone at a terminal s'
+    # step 0: 1 + 0.9 * max(2, 5) = 5.5; step 1 terminal: -1; step 2: 0 + 0.9 * max(-3, -4) = -2.7
+    next_q = np.array([[2.0, 5.0], [100.0, 100.0], [-3.0, -4.0]])
+    targets = one_step_q_targets(np.array([1.0, -1.0, 0.0]), np.array([False, True, False]), next_q, gamma=0.9)
+    assert targets.tolist() == pytest.approx([5.5, -1.0, -2.7])
+    assert targets.dtype == np.float32
+
+
+def test_sarsa_targets_use_the_next_action_value():
+    # y = r + γ Q(s', a'; θ⁻) with a' the action taken next: 1 + 0.5 * 2 = 2 (not max = 5); terminal: r
+    targets = sarsa_targets(np.array([1.0, 3.0]), np.array([False, True]), np.array([2.0, 7.0]), gamma=0.5)
+    assert targets.tolist() == pytest.approx([2.0, 3.0])
+
+
+def test_nstep_q_targets_bootstrap_from_target_max():
+    # R = max_a Q(s_3, a; θ⁻) = 4; R_2 = 1 + 0.5 * 4 = 3; R_1 = 0 + 0.5 * 3 = 1.5; R_0 = 2 + 0.5 * 1.5 = 2.75
+    # env 1 ends at t=1: R_1 = 5, R_0 = 1 + 0.5 * 5 = 3.5; R_2 = 2 + 0.5 * max(-1, -2) = 1.5
+    rewards = np.array([[2.0, 1.0], [0.0, 5.0], [1.0, 2.0]])
+    dones = np.array([[False, False], [False, True], [False, False]])
+    targets = nstep_q_targets(rewards, dones, np.array([[4.0, 1.0], [-1.0, -2.0]]), gamma=0.5)
+    assert targets[:, 0].tolist() == pytest.approx([2.75, 1.5, 3.0])
+    assert targets[:, 1].tolist() == pytest.approx([3.5, 5.0, 1.5])
+
+
+def test_truncation_bootstraps_from_the_target_network():
+    # A time limit at step 0: the caller adds γ max_a Q(s_terminal, a; θ⁻) = 0.9 * 10 to r; the step stays done.
+    rewards = bootstrap_truncated_rewards(np.array([1.0]), np.array([True]), np.array([10.0]), 0.9)
+    targets = one_step_q_targets(rewards, np.array([True]), np.array([[50.0, 60.0]]), gamma=0.9)
+    assert targets.tolist() == pytest.approx([10.0])
+
+
+def test_q_target_shapes_are_checked():
+    with pytest.raises(ValueError, match="next_q_target"):
+        one_step_q_targets(np.zeros(3), np.zeros(3, bool), np.zeros(3), 0.9)
+    with pytest.raises(ValueError, match="Shapes do not match"):
+        sarsa_targets(np.zeros(3), np.zeros(3, bool), np.zeros(2), 0.9)
+    with pytest.raises(ValueError, match="last_q_target"):
+        nstep_q_targets(np.zeros((2, 1)), np.zeros((2, 1), bool), np.zeros(1), 0.9)

@@ -11,9 +11,9 @@ import pytest
 import torch
 from stable_baselines3.common.callbacks import CheckpointCallback
 
-from sb3_async import A3C
+from sb3_async import A3C, AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 
-MODEL_LIST = [A3C]
+MODEL_LIST = [A3C, AsyncOneStepQ, AsyncSarsa, AsyncNStepQ]
 
 
 @pytest.mark.parametrize("model_class", MODEL_LIST)

@@ -20,7 +20,7 @@ from rl_zoo3.exp_manager import ExperimentManager
 from rl_zoo3.utils import ALGOS, SimpleLinearSchedule
 from stable_baselines3.common.vec_env import VecFrameStack
 
-from sb3_async import A3C, zoo
+from sb3_async import A3C, AsyncNStepQ, zoo
 
 REPO = Path(__file__).resolve().parent.parent
 # n_envs, n_workers and n_envs_per_worker of the CLI runs: 2 workers on the 2 cores of CI
@@ -329,3 +329,34 @@ def test_optimize_through_the_cli(tmp_path: Path) -> None:
     )
     assert "Number of finished trials:  2" in out
     assert list((tmp_path / "logs" / "a3c").glob("report_CartPole-v1_2-trials-1500-tpe-median_*.csv"))
+
+
+def test_async_q_sampler_and_converter() -> None:
+    params = dict(
+        learning_rate=3e-3,
+        n_steps=8,
+        one_minus_gamma=0.01,
+        target_update_interval=1000,
+        exploration_fraction=0.1,
+        loss="huber",
+        net_arch="tiny",
+    )
+    sampled = zoo.sample_async_q_params(optuna.trial.FixedTrial(params), 2, 2, {})
+    assert sampled == zoo.convert_async_q_params(params)
+    model = AsyncNStepQ("MlpPolicy", "CartPole-v1", n_workers=1, **sampled)
+    assert (model.gamma, model.loss, model.target_update_interval) == (pytest.approx(0.99), "huber", 1000)
+    assert [m.out_features for m in model.policy.q_net.q_net if hasattr(m, "out_features")] == [64, 2]
+
+
+@pytest.mark.parametrize("algo", ["async_one_step_q", "async_sarsa", "async_n_step_q"])
+def test_async_q_train_optimize_and_enjoy_through_the_cli(algo: str, tmp_path: Path) -> None:
+    run_cli("sb3_async.train", "--algo", algo, "--env", "CartPole-v1", "-n", "2000", "--seed", "0", "-params", *SMALL,
+            cwd=tmp_path)  # fmt: skip
+    assert (tmp_path / "logs" / algo / "CartPole-v1_1" / "CartPole-v1.zip").is_file()
+    out = run_cli("sb3_async.enjoy", "--algo", algo, "--env", "CartPole-v1", "-n", "300", "--no-render", cwd=tmp_path)
+    assert "Mean reward:" in out or "Episodes" in out
+    if algo == "async_n_step_q":
+        out = run_cli("sb3_async.train", "--algo", algo, "--env", "CartPole-v1", "-optimize", "--n-trials", "2", "-n", "1500",
+                      "--n-evaluations", "1", "--eval-episodes", "2", "--no-optim-plots", "--seed", "0", "-params", *SMALL,
+                      cwd=tmp_path)  # fmt: skip
+        assert "Number of finished trials:  2" in out

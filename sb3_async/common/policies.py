@@ -10,6 +10,7 @@ from stable_baselines3.common.distributions import DiagGaussianDistribution, Dis
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.type_aliases import Schedule
+from stable_baselines3.dqn.policies import CnnPolicy as DQNCnnPolicy
 from torch import nn
 
 
@@ -48,6 +49,16 @@ class A3CCnnPolicy(ActorCriticCnnPolicy):
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, **kwargs: Any):
         kwargs.setdefault("features_extractor_class", MnihCNN)
+        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
+
+
+class AsyncQCnnPolicy(DQNCnnPolicy):
+    """SB3's DQN ``CnnPolicy`` with the paper's :class:`MnihCNN` and, on its 256 features, "a single linear output
+    unit for each action representing the action-value" (supp. §2): no extra hidden layer by default."""
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, **kwargs: Any):
+        kwargs.setdefault("features_extractor_class", MnihCNN)
+        kwargs.setdefault("net_arch", [])
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
 

@@ -59,3 +59,65 @@ def bootstrap_truncated_rewards(
     """
     rewards = np.asarray(rewards, dtype=np.float32)
     return rewards + gamma * np.where(truncated, np.asarray(terminal_values, dtype=np.float32), 0.0).astype(np.float32)
+
+
+def _check_step_shapes(rewards: np.ndarray, dones: np.ndarray, next_values: np.ndarray) -> None:
+    if rewards.shape != dones.shape or rewards.shape != next_values.shape:
+        raise ValueError(
+            f"Shapes do not match: rewards {rewards.shape}, dones {dones.shape}, next values {next_values.shape}; "
+            "expected the same shape for the three"
+        )
+
+
+def one_step_q_targets(rewards: np.ndarray, dones: np.ndarray, next_q_target: np.ndarray, gamma: float) -> np.ndarray:
+    r"""Asynchronous one-step Q-learning targets (Mnih et al. 2016, Algorithm 1):
+
+    .. math::
+        y = \begin{cases} r & \text{terminal } s' \\ r + \gamma \max_{a'} Q(s', a'; \theta^-) & \text{otherwise}\end{cases}
+
+    :param rewards: ``(n,)`` rewards (time-limit bootstraps already added, see :func:`bootstrap_truncated_rewards`)
+    :param dones: ``(n,)`` True where the episode ended with the transition
+    :param next_q_target: ``(n, n_actions)`` target-network values ``Q(s', ·; θ⁻)`` of the next states
+    :param gamma: discount factor γ
+    :return: ``(n,)`` float32 targets
+    """
+    next_q_target = np.asarray(next_q_target, dtype=np.float32)
+    if next_q_target.ndim != 2:
+        raise ValueError(f"next_q_target must be (n, n_actions), got shape {next_q_target.shape}")
+    return sarsa_targets(rewards, dones, next_q_target.max(axis=1), gamma)
+
+
+def sarsa_targets(rewards: np.ndarray, dones: np.ndarray, next_q_target: np.ndarray, gamma: float) -> np.ndarray:
+    r"""Asynchronous one-step Sarsa targets (Mnih et al. 2016, §4):
+
+    .. math:: y = \begin{cases} r & \text{terminal } s' \\ r + \gamma Q(s', a'; \theta^-) & \text{otherwise}\end{cases}
+
+    with ``a'`` the action the worker takes in ``s'``.
+
+    :param rewards: ``(n,)`` rewards (time-limit bootstraps already added)
+    :param dones: ``(n,)`` True where the episode ended with the transition
+    :param next_q_target: ``(n,)`` ``Q(s', a'; θ⁻)`` (for :func:`one_step_q_targets`, ``max_a' Q(s', a'; θ⁻)``)
+    :param gamma: discount factor γ
+    :return: ``(n,)`` float32 targets
+    """
+    rewards = np.asarray(rewards, dtype=np.float32)
+    dones = np.asarray(dones, dtype=bool)
+    next_q_target = np.asarray(next_q_target, dtype=np.float32)
+    _check_step_shapes(rewards, dones, next_q_target)
+    return (rewards + gamma * (1.0 - dones.astype(np.float32)) * next_q_target).astype(np.float32)
+
+
+def nstep_q_targets(rewards: np.ndarray, dones: np.ndarray, last_q_target: np.ndarray, gamma: float) -> np.ndarray:
+    r"""Asynchronous n-step Q-learning targets (supp. Algorithm S1), forward view: for each step of the segment, the
+    longest available return, bootstrapped from :math:`\max_a Q(s_T, a; \theta^-)` (0 for a terminal ``s_T``).
+
+    :param rewards: ``(n_steps, n_envs)`` rewards (time-limit bootstraps already added)
+    :param dones: ``(n_steps, n_envs)`` True where the episode ended with the transition
+    :param last_q_target: ``(n_envs, n_actions)`` ``Q(s_T, ·; θ⁻)`` of the state after the segment
+    :param gamma: discount factor γ
+    :return: ``(n_steps, n_envs)`` float32 targets
+    """
+    last_q_target = np.asarray(last_q_target, dtype=np.float32)
+    if last_q_target.ndim != 2:
+        raise ValueError(f"last_q_target must be (n_envs, n_actions), got shape {last_q_target.shape}")
+    return nstep_returns(rewards, dones, last_q_target.max(axis=1), gamma)

@@ -1,0 +1,339 @@
+"""The asynchronous value-based methods of Mnih et al. 2016: one-step Q-learning, one-step Sarsa, n-step Q-learning.
+
+One machinery, three targets (``sb3_async.common.returns``): every worker runs supp. Algorithm S1 / Algorithm 1 on
+the shared runtime. It synchronizes its private Q network θ' with the shared θ, acts ε-greedily on Q(s, ·; θ') for
+up to ``n_steps`` steps (t_max = I_AsyncUpdate = 5) or to a terminal state, computes the targets with the *shared*
+target network θ⁻ and applies the accumulated gradient of ``Σ (y - Q(s, a; θ'))²`` to θ with shared RMSProp. The worker
+whose update makes the global counter T cross a multiple of ``target_update_interval`` copies θ⁻ ← θ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.dqn.policies import DQNPolicy, MultiInputPolicy, QNetwork
+from torch.nn import functional as F
+
+from sb3_async.common.async_algorithm import check_float, check_int
+from sb3_async.common.exploration import (
+    PAPER_FINAL_EPSILON_PROBS,
+    PAPER_FINAL_EPSILONS,
+    check_epsilons,
+    epsilon_greedy,
+    linear_epsilon,
+    sample_final_epsilons,
+)
+from sb3_async.common.hogwild import HogwildAlgorithm, HogwildWorker, HogwildWorkerConfig, stack_steps, tensor_obs
+from sb3_async.common.policies import AsyncQCnnPolicy
+from sb3_async.common.returns import nstep_q_targets, one_step_q_targets, sarsa_targets
+from sb3_async.common.runtime import WorkerContext, WorkerSpec
+from sb3_async.common.torch_utils import to_tensor
+
+SelfAsyncQ = TypeVar("SelfAsyncQ", bound="AsyncQLearning")
+
+TARGETS = ("one_step_q", "sarsa", "n_step_q")
+LOSSES = ("mse", "huber")
+
+
+@dataclass
+class _AsyncQWorkerConfig(HogwildWorkerConfig):
+    target: str
+    loss: str
+    target_update_interval: int
+    exploration_initial_eps: float
+    exploration_final_eps: float
+    exploration_fraction: float
+
+
+def _q_values(q_net: QNetwork, obs: Any) -> np.ndarray:
+    with torch.no_grad():
+        return q_net(to_tensor(obs)).numpy()
+
+
+def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
+    """One actor-learner of supp. Algorithm S1 (n-step Q) / Algorithm 1 (one-step Q, one-step Sarsa)."""
+    worker = HogwildWorker(ctx, cfg, local_module=lambda policy: policy.q_net)
+    q_net: QNetwork = worker.policy.q_net  # θ'
+    target_net: QNetwork = worker.policy.q_net_target
+    shared_target: list[torch.Tensor] = ctx.shared["target_params"]  # θ⁻, read in place: no copy per segment
+    for param, shared in zip(target_net.parameters(), shared_target):
+        param.data = shared
+    target_net.set_training_mode(False)
+    target_updates: torch.Tensor = ctx.shared["target_updates"]  # how many times θ⁻ was refreshed (T // interval)
+    n_actions = int(cfg.action_space.n)  # type: ignore[attr-defined]
+    rng = np.random.default_rng(ctx.seed)
+    sarsa = cfg.target == "sarsa"
+
+    def epsilon() -> float:
+        return linear_epsilon(
+            ctx.progress_remaining, cfg.exploration_initial_eps, cfg.exploration_final_eps, cfg.exploration_fraction
+        )
+
+    def act(obs: Any) -> np.ndarray:
+        return epsilon_greedy(_q_values(q_net, obs).argmax(axis=1), epsilon(), n_actions, rng)
+
+    # Sarsa needs a' = the action actually taken in s': each step's next action is chosen as soon as s' is seen and
+    # taken at the next step (of this segment or the next one).
+    next_actions: list[np.ndarray | None] = [None]
+
+    def act_sarsa(obs: Any) -> np.ndarray:
+        actions = next_actions[0] if next_actions[0] is not None else act(obs)
+        next_actions[0] = None
+        return actions
+
+    def terminal_value(obs: Any) -> np.ndarray:  # bootstrap of a time-limit truncation, from θ⁻
+        q_target = _q_values(target_net, obs)
+        if sarsa:  # the action the worker would take in s_terminal (never taken: the env was reset)
+            return q_target[np.arange(len(q_target)), act(obs)]
+        return q_target.max(axis=1)
+
+    while not ctx.should_stop():
+        worker.synchronize()  # θ' = θ
+        segment = worker.collect(act_sarsa if sarsa else act, terminal_value)
+        n = len(segment)
+        rewards, dones = np.stack(segment.rewards), np.stack(segment.dones)
+        if cfg.target == "n_step_q":
+            targets = nstep_q_targets(rewards, dones, _q_values(target_net, segment.next_obs), cfg.gamma)
+        else:
+            next_obs = stack_steps([*segment.obs[1:], segment.next_obs])
+            next_q = _q_values(target_net, next_obs).reshape(n, cfg.n_envs, n_actions)
+            if sarsa:
+                next_actions[0] = act(segment.next_obs)
+                taken_next = np.stack([*segment.actions[1:], next_actions[0]])
+                next_q_taken = np.take_along_axis(next_q, taken_next[..., None], axis=2)[..., 0]
+                targets = sarsa_targets(rewards, dones, next_q_taken, cfg.gamma)
+            else:
+                targets = one_step_q_targets(
+                    rewards.reshape(-1), dones.reshape(-1), next_q.reshape(-1, n_actions), cfg.gamma
+                ).reshape(n, cfg.n_envs)
+        q = q_net(tensor_obs(segment.obs))
+        q_taken = q.gather(1, torch.as_tensor(stack_steps(segment.actions), dtype=torch.long).reshape(-1, 1)).flatten()
+        y = torch.as_tensor(targets.reshape(-1))
+        # dθ accumulated over the segment: Σ_t ∂(y_t - Q(s_t, a_t; θ'))² / ∂θ' (mean over a worker's envs).
+        if cfg.loss == "mse":
+            loss = F.mse_loss(q_taken, y, reduction="sum") / cfg.n_envs
+        else:
+            loss = F.smooth_l1_loss(q_taken, y, reduction="sum") / cfg.n_envs
+        global_steps = worker.apply_gradients(loss, n)  # asynchronous update of θ using dθ
+        refresh = global_steps // cfg.target_update_interval
+        if refresh > int(target_updates[0]):  # "if T mod I_target == 0 then θ⁻ ← θ"
+            target_updates[0] = refresh
+            with torch.no_grad():
+                torch._foreach_copy_(shared_target, worker.shared_params)
+        worker.reporter.record_train(loss=loss.item() / n, exploration_rate=epsilon())
+        worker.reporter.maybe_flush(worker.obs)
+    worker.close()
+
+
+class AsyncQLearning(HogwildAlgorithm):
+    """Base class of the asynchronous value-based methods (Mnih et al. 2016, "Asynchronous Methods for Deep
+    Reinforcement Learning", https://arxiv.org/abs/1602.01783, §4 and supp. Algorithm S1). Use one of
+    :class:`AsyncOneStepQ`, :class:`AsyncSarsa`, :class:`AsyncNStepQ`.
+
+    :param policy: ``"MlpPolicy"``, ``"CnnPolicy"`` (the paper's Atari network, one linear output per action),
+        ``"MultiInputPolicy"`` or a ``DQNPolicy`` class
+    :param env: env id, factory, ``gym.Env`` or ``VecEnv`` with a ``Discrete`` action space
+    :param learning_rate: learning rate or schedule of global progress; 7e-4, inside the paper's LogUniform(1e-4, 1e-2)
+        (the paper anneals it to 0: pass a linear schedule)
+    :param n_steps: t_max = I_AsyncUpdate, steps per asynchronous update; 5 from the paper (supp. §2)
+    :param gamma: discount factor; 0.99 from the paper (supp. §2)
+    :param target_update_interval: global env steps between two refreshes of the shared target network θ⁻;
+        10 000, the paper's 40 000 frames at the Atari action repeat of 4 (supp. §2)
+    :param exploration_initial_eps: ε at the start; 1 from the paper (supp. §2)
+    :param exploration_final_eps: each worker's final ε: a float (every worker), or a tuple of values that each worker
+        samples from with ``exploration_final_eps_probs``; the paper's (0.1, 0.01, 0.5) (supp. §2)
+    :param exploration_final_eps_probs: probabilities of ``exploration_final_eps``; the paper's (0.4, 0.3, 0.3)
+    :param exploration_fraction: share of training over which ε is annealed; 0.1, the paper's 4 million frames in
+        a 10M-step (40M-frame) Atari run; SB3's DQN default too
+    :param loss: ``"mse"``, the paper's squared error, or ``"huber"`` (SB3's DQN)
+    :param max_grad_norm: clip each worker's gradient to this norm; None (the paper does not clip)
+    :param n_workers: actor-learner processes; default the CPU count (the paper: 16 threads)
+    :param n_envs_per_worker: envs per worker stepped together (1 in the paper); the loss sums over a segment's steps
+        and averages over a worker's envs
+    :param optimizer: ``"shared_rmsprop"`` (paper default), ``"rmsprop"`` or ``"sgd"`` (supp. §1)
+    :param optimizer_kwargs: for the optimizer (``alpha=0.99`` from the paper, ``eps``)
+    Other parameters as :class:`~sb3_async.A3C`.
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpPolicy": DQNPolicy,
+        "CnnPolicy": AsyncQCnnPolicy,
+        "MultiInputPolicy": MultiInputPolicy,
+    }
+    policy: DQNPolicy
+    #: Which target the workers compute: one of :data:`TARGETS`.
+    target: ClassVar[str]
+
+    def __init__(
+        self,
+        policy: str | type[DQNPolicy],
+        env: GymEnv | str | Any | None,
+        learning_rate: float | Schedule = 7e-4,
+        n_steps: int = 5,
+        gamma: float = 0.99,
+        target_update_interval: int = 10_000,
+        exploration_initial_eps: float = 1.0,
+        exploration_final_eps: float | tuple[float, ...] = PAPER_FINAL_EPSILONS,
+        exploration_final_eps_probs: tuple[float, ...] | None = PAPER_FINAL_EPSILON_PROBS,
+        exploration_fraction: float = 0.1,
+        loss: str = "mse",
+        max_grad_norm: float | None = None,
+        n_workers: int | None = None,
+        n_envs_per_worker: int = 1,
+        optimizer: str = "shared_rmsprop",
+        optimizer_kwargs: dict[str, Any] | None = None,
+        backend: str = "mp",
+        start_method: str = "forkserver",
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: torch.device | str = "cpu",
+        _init_setup_model: bool = True,
+    ):
+        self.n_steps = check_int("n_steps", n_steps)
+        self.gamma = check_float("gamma", gamma, 0.0, 1.0)
+        self.target_update_interval = check_int("target_update_interval", target_update_interval)
+        self.exploration_initial_eps = check_float("exploration_initial_eps", exploration_initial_eps, 0.0, 1.0)
+        self.exploration_fraction = check_float("exploration_fraction", exploration_fraction, 0.0, 1.0)
+        if isinstance(exploration_final_eps, (int, float)) and not isinstance(exploration_final_eps, bool):
+            exploration_final_eps, exploration_final_eps_probs = (float(exploration_final_eps),), (1.0,)
+        elif not isinstance(exploration_final_eps, (tuple, list)):
+            raise TypeError(f"Invalid exploration_final_eps={exploration_final_eps!r}: expected a float or a tuple of floats")
+        self.exploration_final_eps, self.exploration_final_eps_probs = check_epsilons(
+            exploration_final_eps, exploration_final_eps_probs
+        )
+        if loss not in LOSSES:
+            raise ValueError(f"Invalid loss={loss!r}: expected one of {', '.join(LOSSES)}")
+        self.loss = loss
+        self.worker_final_eps: np.ndarray | None = None
+        super().__init__(
+            policy,
+            env,
+            learning_rate,
+            n_workers=n_workers,
+            n_envs_per_worker=n_envs_per_worker,
+            backend=backend,
+            start_method=start_method,
+            policy_kwargs=policy_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            verbose=verbose,
+            seed=seed,
+            device="cpu",
+            supported_action_spaces=(spaces.Discrete,),
+            optimizer=optimizer,
+            optimizer_kwargs=optimizer_kwargs,
+            max_grad_norm=max_grad_norm,
+        )
+        if _init_setup_model:
+            self._setup_model()
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs)
+        if not isinstance(policy, DQNPolicy):
+            raise TypeError(f"Invalid policy={self.policy_class.__name__}: {type(self).__name__} needs a DQNPolicy subclass")
+        self.policy = policy.to(torch.device("cpu"))
+        self.policy.q_net_target.load_state_dict(self.policy.q_net.state_dict())  # θ⁻ ← θ
+        self.policy.q_net_target.set_training_mode(False)
+        self._setup_optimizer()
+
+    def _trained_module(self) -> torch.nn.Module:
+        return self.policy.q_net
+
+    @property
+    def exploration_rate(self) -> float:
+        """The current ε of ``predict(deterministic=False)``, as SB3's DQN: annealed from the initial ε on global
+        progress towards the most probable final ε (0.1 with the paper's distribution)."""
+        final = self.exploration_final_eps[int(np.argmax(self.exploration_final_eps_probs))]
+        return linear_epsilon(self._current_progress_remaining, self.exploration_initial_eps, final, self.exploration_fraction)
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """Greedy actions; with ``deterministic=False``, each replaced by a random action with probability
+        :attr:`exploration_rate` (ε-greedy, as SB3's DQN)."""
+        actions, state = self.policy.predict(observation, state, episode_start, deterministic=True)
+        if deterministic:
+            return actions, state
+        n_actions = int(self.action_space.n)  # type: ignore[attr-defined]
+        batch = np.atleast_1d(actions)
+        explored = epsilon_greedy(batch, self.exploration_rate, n_actions, np.random.default_rng())
+        return (explored if np.ndim(actions) else explored[0]), state
+
+    def _log_extra(self) -> None:
+        self.logger.record("rollout/exploration_rate", self.exploration_rate)
+
+    def _final_epsilons(self) -> np.ndarray:
+        """Each worker's final ε, drawn once per model (saved with it) and redrawn if ``n_workers`` changes."""
+        if self.worker_final_eps is None or len(self.worker_final_eps) != self.n_workers:
+            rng = np.random.default_rng(self.seed)
+            self.worker_final_eps = sample_final_epsilons(
+                self.n_workers, self.exploration_final_eps, self.exploration_final_eps_probs, rng
+            )
+            if self.verbose >= 1:
+                print(f"{type(self).__name__}: final ε of the workers: {self.worker_final_eps.tolist()}")
+        return self.worker_final_eps
+
+    def _worker_specs(self) -> list[WorkerSpec]:
+        base = self._hogwild_config(self.n_steps, self.gamma)
+        target_updates = torch.full((1,), self.num_timesteps // self.target_update_interval, dtype=torch.int64)
+        shared = {
+            **self._hogwild_shared(),
+            "target_params": list(self.policy.q_net_target.parameters()),
+            "target_updates": target_updates.share_memory_(),
+        }
+        specs = []
+        for rank, final_eps in enumerate(self._final_epsilons()):
+            cfg = _AsyncQWorkerConfig(
+                **base,
+                target=self.target,
+                loss=self.loss,
+                target_update_interval=self.target_update_interval,
+                exploration_initial_eps=self.exploration_initial_eps,
+                exploration_final_eps=float(final_eps),
+                exploration_fraction=self.exploration_fraction,
+            )
+            specs.append(WorkerSpec(_async_q_worker, cfg, dict(shared), name=f"{self.target}-{rank}"))
+        return specs
+
+
+class AsyncOneStepQ(AsyncQLearning):
+    """Asynchronous one-step Q-learning (Mnih et al. 2016, Algorithm 1): target ``r + γ max_a' Q(s', a'; θ⁻)``.
+
+    Parameters: :class:`AsyncQLearning`.
+    """
+
+    target = "one_step_q"
+
+
+class AsyncSarsa(AsyncQLearning):
+    """Asynchronous one-step Sarsa (Mnih et al. 2016, §4): target ``r + γ Q(s', a'; θ⁻)`` with ``a'`` the action the
+    worker takes in ``s'``.
+
+    Parameters: :class:`AsyncQLearning`.
+    """
+
+    target = "sarsa"
+
+
+class AsyncNStepQ(AsyncQLearning):
+    """Asynchronous n-step Q-learning (Mnih et al. 2016, supp. Algorithm S1): for each state of a segment, the longest
+    available return ``Σ γ^k r_{t+k} + γ^n max_a Q(s_{t+n}, a; θ⁻)``.
+
+    Parameters: :class:`AsyncQLearning`.
+    """
+
+    target = "n_step_q"

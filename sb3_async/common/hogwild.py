@@ -1,0 +1,234 @@
+"""What every gradient-sharing algorithm (A3C, the async Q family) has in common, written once.
+
+Mnih et al. 2016 (supp. Alg. S1-S3): each actor-learner keeps a private copy θ' of the shared parameters θ,
+synchronizes θ' = θ, steps its env copies for up to ``n_steps`` (t_max) steps or to a terminal state, computes a
+gradient on θ' and applies it to θ with a lock-free optimizer (shared RMSProp by default). The algorithms differ only
+in the loss, so the rest lives here:
+
+* main process: :class:`HogwildAlgorithm` validates the optimizer arguments, replaces the policy's optimizer by the
+  paper's lock-free one, shares parameters and optimizer statistics with the workers and saves both with the model;
+* workers: :class:`HogwildWorker` builds the env copies, the private policy θ', the optimizer view on the shared
+  statistics and the statistics reporter; runs the segment loop (:meth:`HogwildWorker.collect`, time-limit
+  truncations bootstrapped) and applies updates (:meth:`HogwildWorker.apply_gradients`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.type_aliases import Schedule
+from torch import nn
+
+from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, check_float
+from sb3_async.common.env_util import EnvRecipe
+from sb3_async.common.optimizers import OPTIMIZER_NAMES, WorkerOptimizer, _AsyncOptimizer, as_async_optimizer, make_optimizer
+from sb3_async.common.returns import bootstrap_truncated_rewards
+from sb3_async.common.runtime import WorkerContext
+from sb3_async.common.torch_utils import build_worker_policy, clip_grad_norm, to_tensor
+
+
+def stack_steps(items: list[Any]) -> Any:
+    """``(n_steps, n_envs, ...)`` arrays flattened to ``(n_steps * n_envs, ...)`` (dict observations key by key)."""
+    if isinstance(items[0], dict):
+        return {key: stack_steps([item[key] for item in items]) for key in items[0]}
+    if isinstance(items[0], list) and isinstance(items[0][0], dict):  # per-env dict observations (terminal ones)
+        keys = items[0][0].keys()
+        return {key: stack_steps([np.stack([obs[key] for obs in step]) for step in items]) for key in keys}
+    stacked = np.stack(items)
+    return stacked.reshape(stacked.shape[0] * stacked.shape[1], *stacked.shape[2:])
+
+
+@dataclass
+class HogwildWorkerConfig:
+    """What a gradient-sharing worker needs; algorithms subclass it with their own hyperparameters."""
+
+    env_recipe: EnvRecipe
+    n_envs: int
+    policy_class: type
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    policy_kwargs: dict[str, Any]
+    lr_schedule: Schedule
+    n_steps: int
+    gamma: float
+    max_grad_norm: float | None
+    optimizer: tuple[type[_AsyncOptimizer], dict[str, Any]]
+    optimizer_shared: bool
+
+
+@dataclass
+class Segment:
+    """Up to ``n_steps`` steps of every env of a worker, time first. ``rewards`` already include the bootstrap
+    ``γ V(s_terminal)`` of time-limit truncations; ``next_obs`` is the observation after the segment."""
+
+    obs: list[Any]
+    actions: list[np.ndarray]
+    rewards: list[np.ndarray]
+    dones: list[np.ndarray]
+    next_obs: Any
+
+    def __len__(self) -> int:
+        return len(self.obs)
+
+
+class HogwildWorker:
+    """Worker-side machinery of one actor-learner: env copies, θ', optimizer, statistics.
+
+    :param ctx: the worker's context
+    :param cfg: the algorithm's worker configuration
+    :param local_module: picks the module holding θ' from the worker's policy (default: the whole policy)
+    """
+
+    def __init__(
+        self, ctx: WorkerContext, cfg: HogwildWorkerConfig, local_module: Callable[[Any], nn.Module] = lambda policy: policy
+    ):
+        self.ctx, self.cfg = ctx, cfg
+        self.env = cfg.env_recipe.make_vec_env(cfg.n_envs, seed=ctx.base_seed + ctx.rank * cfg.n_envs)
+        self.policy = build_worker_policy(
+            cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule, cfg.policy_kwargs
+        )
+        self.policy.set_training_mode(True)
+        self.shared_params: list[torch.Tensor] = ctx.shared["params"]
+        self.local_params = list(local_module(self.policy).parameters())  # θ'
+        self.optimizer = WorkerOptimizer(
+            *cfg.optimizer, self.shared_params, ctx.shared["optimizer_state"], cfg.optimizer_shared
+        )
+        self.reporter = StatsReporter(ctx, env_offset=ctx.rank * cfg.n_envs)
+        self.obs = self.env.reset()
+
+    def synchronize(self) -> None:
+        """θ' = θ."""
+        with torch.no_grad():
+            torch._foreach_copy_(self.local_params, self.shared_params)
+
+    def collect(
+        self,
+        act: Callable[[Any], np.ndarray],
+        terminal_value: Callable[[Any], np.ndarray],
+        env_action: Callable[[np.ndarray], np.ndarray] = lambda actions: actions,
+    ) -> Segment:
+        """Step the envs for ``n_steps`` steps, or to a terminal state with one env ("until terminal s_t or
+        t - t_start == t_max", Alg. S1-S3; with several envs, fixed-length segments with done masks, as A2C).
+
+        :param act: actions for a batch of observations
+        :param terminal_value: bootstrap values of a batch of last observations of time-limit-truncated episodes
+        :param env_action: maps the policy's actions to the env's (e.g. clipping to a Box)
+        """
+        cfg = self.cfg
+        segment = Segment([], [], [], [], None)
+        for _ in range(cfg.n_steps):
+            actions = act(self.obs)
+            new_obs, rewards, dones, infos = self.env.step(env_action(actions))
+            rewards = rewards.astype(np.float32)
+            truncated = [i for i in np.flatnonzero(dones) if infos[i].get("TimeLimit.truncated", False)]
+            if truncated:  # bootstrap at time limits, as SB3 does: r + γ V(s_terminal), the step stays done
+                values = np.zeros(cfg.n_envs, dtype=np.float32)
+                values[truncated] = terminal_value(stack_steps([[infos[i]["terminal_observation"] for i in truncated]]))
+                mask = np.zeros(cfg.n_envs, dtype=bool)
+                mask[truncated] = True
+                rewards = bootstrap_truncated_rewards(rewards, mask, values, cfg.gamma)
+            self.reporter.record_infos(dones, infos)
+            segment.obs.append(self.obs)
+            segment.actions.append(actions)
+            segment.rewards.append(rewards)
+            segment.dones.append(dones)
+            self.obs = new_obs
+            if cfg.n_envs == 1 and dones[0]:
+                break
+        segment.next_obs = self.obs
+        return segment
+
+    def apply_gradients(self, loss: torch.Tensor, n_steps: int) -> int:
+        """Backpropagate ``loss`` into θ', clip, apply dθ to θ without locks; count the steps. Returns the global T."""
+        for param in self.local_params:
+            param.grad = None
+        loss.backward()
+        if self.cfg.max_grad_norm is not None:
+            clip_grad_norm(self.local_params, self.cfg.max_grad_norm)
+        self.optimizer.step([param.grad for param in self.local_params], self.cfg.lr_schedule(self.ctx.progress_remaining))
+        return self.ctx.add_steps(n_steps * self.cfg.n_envs)
+
+    def close(self) -> None:
+        self.reporter.maybe_flush(self.obs, force=True)
+        self.env.close()
+
+
+def tensor_obs(items: list[Any]) -> Any:
+    """A segment's observations as one batch tensor."""
+    return to_tensor(stack_steps(items))
+
+
+class HogwildAlgorithm(AsyncAlgorithm):
+    """Base class of the gradient-sharing algorithms: the lock-free optimizer of supp. §1 on shared parameters.
+
+    :param optimizer: ``"shared_rmsprop"`` (the paper's default), ``"rmsprop"`` (per-worker statistics) or ``"sgd"``
+        (momentum SGD with per-worker momentum)
+    :param optimizer_kwargs: for the optimizer (e.g. ``alpha``, ``eps`` of :class:`~sb3_async.common.optimizers.SharedRMSprop`)
+    :param max_grad_norm: clip each worker's gradient to this global norm (None: no clipping)
+    Other arguments: :class:`~sb3_async.common.async_algorithm.AsyncAlgorithm`.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        optimizer: str = "shared_rmsprop",
+        optimizer_kwargs: dict[str, Any] | None = None,
+        max_grad_norm: float | None = None,
+        **kwargs: Any,
+    ):
+        if optimizer not in OPTIMIZER_NAMES:
+            raise ValueError(f"Invalid optimizer={optimizer!r}: expected one of {', '.join(OPTIMIZER_NAMES)}")
+        if optimizer_kwargs is not None and not isinstance(optimizer_kwargs, dict):
+            raise TypeError(f"Invalid optimizer_kwargs={optimizer_kwargs!r}: expected a dict or None")
+        self.optimizer_name = optimizer
+        self.optimizer_kwargs = dict(optimizer_kwargs or {})
+        self.max_grad_norm = None if max_grad_norm is None else check_float("max_grad_norm", max_grad_norm)
+        kwargs.setdefault("device", "cpu")
+        super().__init__(*args, **kwargs)
+
+    def _trained_module(self) -> nn.Module:
+        """The module whose parameters θ the workers update (default: the whole policy)."""
+        return self.policy
+
+    def _setup_optimizer(self) -> None:
+        """Replace the policy's own optimizer by the paper's lock-free one (its statistics are saved with the model)."""
+        self.policy.optimizer = make_optimizer(
+            self.optimizer_name, self._trained_module().parameters(), lr=self.lr_schedule(1.0), **self.optimizer_kwargs
+        )
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        return ["policy", "policy.optimizer"], []
+
+    def _share_state(self) -> None:
+        self.policy.share_memory()
+        as_async_optimizer(self.policy.optimizer).share_memory()
+
+    def _hogwild_config(self, n_steps: int, gamma: float) -> dict[str, Any]:
+        """The fields of :class:`HogwildWorkerConfig` for this model."""
+        optimizer = as_async_optimizer(self.policy.optimizer)
+        return dict(
+            env_recipe=self._env_recipe,
+            n_envs=self.n_envs_per_worker,
+            policy_class=self.policy_class,
+            observation_space=self.observation_space,
+            action_space=self.action_space,
+            policy_kwargs=self.policy_kwargs,
+            lr_schedule=self.lr_schedule,
+            n_steps=n_steps,
+            gamma=gamma,
+            max_grad_norm=self.max_grad_norm,
+            optimizer=(type(optimizer), optimizer.hyperparameters()),
+            optimizer_shared=optimizer.shared,
+        )
+
+    def _hogwild_shared(self) -> dict[str, Any]:
+        """The shared tensors every gradient-sharing worker needs: θ and the optimizer statistics."""
+        return {
+            "params": list(self._trained_module().parameters()),
+            "optimizer_state": as_async_optimizer(self.policy.optimizer).state_tensors(),
+        }
