@@ -139,3 +139,23 @@ def test_env_id_registered_only_in_this_process():
     assert model.num_timesteps >= 300
     with pytest.raises(ValueError, match="NoSuchEnv-v0"):
         A3C("MlpPolicy", "NoSuchEnv-v0", n_workers=1)
+
+
+def test_env_built_before_a_library_patches_gymnasium(tmp_path):
+    """rl_zoo3 replaces gymnasium's TimeLimit by a subclass on import; an env built before must still reach workers."""
+    script = tmp_path / "patched.py"
+    script.write_text(
+        "import gymnasium as gym\n"
+        "env = gym.make('CartPole-v1')\n"
+        "import rl_zoo3.gym_patches  # noqa: F401  (TimeLimit is now rl_zoo3's subclass)\n"
+        "from sb3_async import A3C\n"
+        "if __name__ == '__main__':\n"
+        "    assert type(env) is not gym.wrappers.TimeLimit  # built with the original class\n"
+        "    A3C('MlpPolicy', env, n_workers=1, seed=0).learn(300)\n"
+        "    print('learned')\n"
+    )
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "learned" in result.stdout, result.stderr[-3000:]

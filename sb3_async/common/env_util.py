@@ -9,7 +9,10 @@ with an error that says what to pass instead.
 
 from __future__ import annotations
 
+import importlib
+import io
 import pickle
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +66,33 @@ class WorkerVecEnv(DummyVecEnv):
         return dict_to_obs(self.observation_space, {key: value.copy() for key, value in self.buf_obs.items()})
 
 
+def _shadowed_class(module_name: str, qualname: str) -> type:
+    """The class ``module_name.qualname`` as defined, even if that name now holds a subclass patched over it."""
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    for cls in obj.__mro__:
+        if cls.__module__ == module_name and cls.__qualname__ == qualname:
+            return cls
+    raise AttributeError(f"{module_name}.{qualname} not found")
+
+
+class _EnvPickler(cloudpickle.CloudPickler):
+    """cloudpickle, except for classes that a library replaced by a subclass after the env was built (rl_zoo3's
+    ``gym_patches`` does that to gymnasium's ``TimeLimit``): those go by reference to the original class too, instead of
+    by value, which breaks their ``super()`` calls in the worker."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, type) and "<locals>" not in obj.__qualname__:
+            module = sys.modules.get(obj.__module__)
+            current: Any = module
+            for part in obj.__qualname__.split("."):
+                current = getattr(current, part, None)
+            if current is not obj and isinstance(current, type) and issubclass(current, obj):
+                return _shadowed_class, (obj.__module__, obj.__qualname__)
+        return super().reducer_override(obj)
+
+
 class EnvRecipe:
     """How to build the env again in a worker. Picklable (with cloudpickle) and saved with the model.
 
@@ -95,7 +125,9 @@ class EnvRecipe:
     @staticmethod
     def _pickle_env(env: gym.Env) -> bytes:
         try:
-            blob = cloudpickle.dumps(env)
+            buffer = io.BytesIO()
+            _EnvPickler(buffer).dump(env)
+            blob = buffer.getvalue()
             pickle.loads(blob)
         except Exception as error:
             raise TypeError(

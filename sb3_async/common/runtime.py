@@ -66,6 +66,12 @@ class WorkerError(RuntimeError):
             message += f". Its traceback:\n{worker_traceback}"
         else:
             message += " without a traceback (it did not raise: it was killed or crashed)."
+            if exitcode == 1:
+                message += (
+                    " If it died while starting, see the error printed above: with the 'forkserver' and 'spawn' start"
+                    " methods, workers re-import the main script, which must guard its code with"
+                    ' `if __name__ == "__main__":`.'
+                )
         super().__init__(message)
 
 
