@@ -1,0 +1,46 @@
+"""The benchmark: ``python -m sb3_async.benchmark --suite NAME --out DIR`` (``--list`` shows the suites).
+
+It runs sb3_async's algorithms and their stock SB3 peers under the same protocol (DESIGN.md §7): hyperparameters
+from the RL Zoo's YAML files, each run in a fresh process on the same cores, runs interleaved, deterministic
+evaluation every fixed number of env steps with the evaluation time off the clock, and it writes
+``DIR/results.json`` (one record per run), ``DIR/results.md`` (ratios first) and PNG plots.
+
+- :mod:`~sb3_async.benchmark.registry`: envs and their thresholds, algorithms and their peers
+  (:func:`register_algorithm`: how a new algorithm joins);
+- :mod:`~sb3_async.benchmark.suites`: the named suites (:func:`register_suite`) and the runs each one makes;
+- :mod:`~sb3_async.benchmark.run_one`: one run, in its own process;
+- :mod:`~sb3_async.benchmark.runner`: a whole suite, with a progress bar;
+- :mod:`~sb3_async.benchmark.report` and :mod:`~sb3_async.benchmark.plots`: the tables and plots.
+
+See ``docs/benchmarks.md``.
+"""
+
+from sb3_async.benchmark.registry import (
+    ALGORITHMS,
+    ENVS,
+    AlgorithmEntry,
+    EnvEntry,
+    get_algorithm,
+    get_env,
+    register_algorithm,
+    register_env,
+)
+from sb3_async.benchmark.suites import RunSpec, Suite, Variant, get_suite, list_suites, plan_runs, register_suite
+
+__all__ = [
+    "ALGORITHMS",
+    "ENVS",
+    "AlgorithmEntry",
+    "EnvEntry",
+    "RunSpec",
+    "Suite",
+    "Variant",
+    "get_algorithm",
+    "get_env",
+    "get_suite",
+    "plan_runs",
+    "register_algorithm",
+    "register_env",
+    "register_suite",
+    "list_suites",
+]

@@ -1,0 +1,112 @@
+"""``python -m sb3_async.benchmark``: run a suite, list the suites, or re-render a report.
+
+Examples::
+
+    python -m sb3_async.benchmark --list
+    python -m sb3_async.benchmark --suite smoke --out /tmp/smoke
+    python -m sb3_async.benchmark --suite cartpole --out benchmarks/results/cartpole --seeds 5 --algos a3c,a2c
+    python -m sb3_async.benchmark --report benchmarks/results/cartpole     # results.md and plots from results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from sb3_async.benchmark.registry import get_algorithm
+from sb3_async.benchmark.suites import get_suite, list_suites, plan_runs, select_algorithms
+
+
+def _list() -> str:
+    lines = []
+    for suite in list_suites():
+        runs = plan_runs(suite)
+        budget = f", at most {suite.budget_seconds:g} s of training each" if suite.budget_seconds else ""
+        algos = ", ".join(select_algorithms(suite))
+        lines.append(f"{suite.name:<12} {suite.description}")
+        lines.append(f"{'':<12} {len(runs)} runs ({algos}; {suite.seeds} seed(s)){budget}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m sb3_async.benchmark",
+        description="Benchmark sb3_async's algorithms against their SB3 peers (DESIGN.md §7); see docs/benchmarks.md.",
+    )
+    parser.add_argument("--suite", help="the suite to run (see --list)")
+    parser.add_argument("--out", type=Path, help="output folder (default: benchmarks/results/<suite>)")
+    parser.add_argument("--seeds", type=int, help="number of seeds (0 .. N-1; default: the suite's)")
+    parser.add_argument("--algos", help="comma-separated algorithms (default: the suite's, with their SB3 peers)")
+    parser.add_argument("--budget-seconds", type=float, help="training-clock budget per run (default: the suite's)")
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=-1,
+        help="torch threads of each run's main process (default: the suite's; 0: torch's default)",
+    )
+    parser.add_argument("--device", default="cpu", help="torch device of every model (default: cpu)")
+    parser.add_argument("--list", action="store_true", help="list the suites and exit")
+    parser.add_argument("--report", type=Path, metavar="DIR", help="re-render DIR/results.md and plots from DIR/results.json")
+    parser.add_argument("--no-plots", action="store_true", help="write no PNG (matplotlib not needed)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from sb3_async.benchmark.report import write_report
+    from sb3_async.benchmark.runner import load_results, run_suite
+
+    if args.list:
+        print(_list())
+        return 0
+    if args.report is not None:
+        try:
+            results = load_results(args.report)
+        except FileNotFoundError as error:
+            parser.error(str(error))
+        written = write_report(results, args.report, plots=not args.no_plots)
+        print("\n".join(str(path) for path in written))
+        return 0
+    if not args.suite:
+        parser.error("--suite NAME is required (or --list, or --report DIR)")
+    try:
+        suite = get_suite(args.suite)
+        algos = None
+        if args.algos:
+            algos = [name.strip() for name in args.algos.split(",") if name.strip()]
+            for name in algos:
+                get_algorithm(name)
+        plan_runs(suite, algos=algos, seeds=args.seeds, budget_seconds=args.budget_seconds)  # validate before running
+    except ValueError as error:
+        parser.error(str(error))
+    out = args.out if args.out is not None else Path("benchmarks") / "results" / suite.name
+    command = ["python", "-m", "sb3_async.benchmark", *(sys.argv[1:] if argv is None else argv)]
+    results = run_suite(
+        suite,
+        out,
+        algos=algos,
+        seeds=args.seeds,
+        budget_seconds=args.budget_seconds,
+        device=args.device,
+        torch_threads=args.torch_threads,
+        progress=not args.no_progress,
+        command=command,
+    )
+    written = write_report(results, out, plots=not args.no_plots)
+    failed = [run["run_id"] for run in results["runs"] if run.get("error")]
+    print(
+        f"{len(results['runs'])} runs in {results['wall_seconds']:.0f} s; wrote {out / 'results.json'}, "
+        + ", ".join(str(path) for path in written)
+    )
+    if failed:
+        print(f"{len(failed)} run(s) failed: {', '.join(failed)} (logs in {out / 'logs'})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # worker processes (forkserver) re-import the main module only under this guard
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Runs a suite: every run in a fresh process, one after the other, with a progress bar; writes ``results.json``.
+
+Each run is ``python -m sb3_async.benchmark.run_one`` in its own process, so that every algorithm pays its own
+process start-up and memory is measured for that run alone. Runs are sequential (they share the same cores and
+nothing else runs beside them) and interleaved by :func:`sb3_async.benchmark.suites.plan_runs`. ``results.json`` is
+rewritten after every run, so an interrupted suite keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from sb3_async.benchmark.registry import ENVS, peers_of
+from sb3_async.benchmark.run_one import EVENT_PREFIX, failed_record
+from sb3_async.benchmark.suites import RunSpec, Suite, plan_runs
+
+#: Extra seconds a run may take beyond its budget (process start-up, evaluations, worker shutdown) before it is killed.
+TIMEOUT_MARGIN_SECONDS = 600.0
+
+
+def machine_info() -> dict[str, Any]:
+    """The machine and the software the results were measured with."""
+    cpu_model = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions: dict[str, str | None] = {}
+    for package in ("sb3-async", "stable-baselines3", "rl_zoo3", "torch", "gymnasium", "numpy"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    usable: int | None
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    return dict(
+        cpu_model=cpu_model,
+        cpu_count=os.cpu_count(),
+        usable_cpus=usable,
+        memory_gb=round(psutil.virtual_memory().total / 2**30, 1),
+        platform=platform.platform(),
+        python=platform.python_version(),
+        versions=versions,
+        git_commit=_git_commit(),
+        load_average_at_start=list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    )
+
+
+def _git_commit() -> str | None:
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if commit.returncode != 0:
+        return None
+    return commit.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+
+
+def suite_info(suite: Suite, runs: Sequence[RunSpec]) -> dict[str, Any]:
+    """The protocol of this invocation, as run (after the command line's overrides)."""
+    first = runs[0]
+    algos = list(dict.fromkeys(run.algo for run in runs))
+    return dict(
+        name=suite.name,
+        description=suite.description,
+        kind=suite.kind,
+        envs={env_id: dict(threshold=ENVS[env_id].threshold) for env_id in suite.envs},
+        algos=algos,
+        peers={algo: [peer for peer in peers_of(algo) if peer in algos] for algo in algos},
+        seeds=sorted({run.seed for run in runs}),
+        eval_interval=suite.eval_interval,
+        n_eval_episodes=suite.n_eval_episodes,
+        deterministic_eval=True,
+        max_steps=suite.max_steps,
+        budget_seconds=first.budget_seconds,
+        stop_at_threshold=suite.stop_at_threshold,
+        device=first.device,
+        torch_threads=first.torch_threads,
+    )
+
+
+class _Progress:
+    """A tqdm bar over the runs, its postfix following the run in progress."""
+
+    def __init__(self, total: int, enabled: bool, desc: str):
+        self.bar: Any = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, unit="run", desc=desc, dynamic_ncols=True, file=sys.stderr)
+
+    def status(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=True)
+
+    def advance(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _describe(spec: RunSpec, event: dict[str, Any]) -> str:
+    head = f"{spec.run_id}"
+    if event.get("kind") == "eval":
+        return f"{head}: {event['steps']:,} steps, {event['seconds']:.0f} s, eval {event['mean']:.1f}"
+    return f"{head}: started"
+
+
+def execute(spec: RunSpec, workdir: Path, progress: _Progress, log_dir: Path) -> dict[str, Any]:
+    """Run ``spec`` in a fresh process; its record (a failed record if the process failed or timed out)."""
+    spec_path, result_path = workdir / f"{spec.run_id}.spec.json", workdir / f"{spec.run_id}.result.json"
+    spec_path.write_text(json.dumps(spec.to_dict()))
+    result_path.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "sb3_async.benchmark.run_one", str(spec_path), str(result_path)]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    )
+    timed_out = threading.Event()
+
+    def kill() -> None:
+        timed_out.set()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the run's own process group: its workers and forkserver
+
+    timer = None
+    if spec.budget_seconds is not None:
+        timer = threading.Timer(spec.budget_seconds + TIMEOUT_MARGIN_SECONDS, kill)
+        timer.start()
+    log: list[str] = []
+    progress.status(_describe(spec, {}))
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith(EVENT_PREFIX):
+                try:
+                    progress.status(_describe(spec, json.loads(line[len(EVENT_PREFIX) :])))
+                except (ValueError, KeyError):
+                    log.append(line)
+            else:
+                log.append(line)
+        returncode = process.wait()
+    except BaseException:
+        kill()
+        process.wait()
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+    record: dict[str, Any] | None = None
+    if result_path.exists():
+        try:
+            record = json.loads(result_path.read_text())
+        except ValueError:
+            record = None
+    if record is None or returncode != 0 or timed_out.is_set():
+        reason = "timed out" if timed_out.is_set() else f"exited with code {returncode}"
+        tail = "".join(log[-60:])
+        error = (record or {}).get("error") or f"run {reason}:\n{tail}"
+        record = failed_record(spec, error)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        (log_dir / f"{spec.run_id}.log").write_text("".join(log))
+    return record
+
+
+def run_suite(
+    suite: Suite,
+    out_dir: str | Path,
+    algos: Sequence[str] | None = None,
+    seeds: int | None = None,
+    budget_seconds: float | None = None,
+    device: str = "cpu",
+    torch_threads: int | None = -1,
+    progress: bool = True,
+    command: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Run ``suite`` (see :func:`~sb3_async.benchmark.suites.plan_runs` for the arguments) and write
+    ``out_dir/results.json``; logs of failed runs go to ``out_dir/logs/``. Returns the results."""
+    runs = plan_runs(
+        suite, algos=algos, seeds=seeds, budget_seconds=budget_seconds, device=device, torch_threads=torch_threads
+    )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = dict(
+        suite=suite_info(suite, runs),
+        command=list(command) if command is not None else None,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        machine=machine_info(),
+        wall_seconds=None,
+        runs=[],
+    )
+    start = time.perf_counter()
+    bar = _Progress(len(runs), progress, f"{suite.name}")
+    try:
+        with tempfile.TemporaryDirectory(prefix="sb3_async_benchmark_") as workdir:
+            for spec in runs:
+                results["runs"].append(execute(spec, Path(workdir), bar, out / "logs"))
+                results["wall_seconds"] = time.perf_counter() - start
+                write_results(results, out)
+                bar.advance()
+    finally:
+        bar.close()
+    return results
+
+
+def write_results(results: dict[str, Any], out_dir: Path) -> Path:
+    """``results.json``, written atomically."""
+    path = out_dir / "results.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(results, indent=1) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def load_results(out_dir: str | Path) -> dict[str, Any]:
+    """The ``results.json`` of a previous invocation."""
+    path = Path(out_dir) / "results.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"No results.json in {out_dir}: run a suite with --out {out_dir} first")
+    return json.loads(path.read_text())

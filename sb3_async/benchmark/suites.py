@@ -1,0 +1,365 @@
+"""Named benchmark suites and the list of runs each one makes.
+
+A suite is a set of envs, a way to pick algorithms from the registry, a number of seeds, the evaluation interval, the
+step and time limits, and *variants* (hyperparameter overrides: worker counts for ``scaling``, optimizer and learning
+rate for ``optimizers``). :func:`plan_runs` turns a suite into :class:`RunSpec` s, interleaved
+(``for seed: for env: for algorithm: for variant``) so that slow drifts of the machine hit every algorithm alike.
+
+Suites are registered with :func:`register_suite`; ``python -m sb3_async.benchmark --list`` shows them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sb3_async.benchmark.registry import ALGORITHMS, AlgorithmEntry, get_algorithm, get_env, peers_of
+
+#: How a suite's results are reported (see :mod:`sb3_async.benchmark.report`).
+KINDS = ("race", "scaling", "sweep")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Hyperparameter overrides applied on top of the zoo config for some runs of a suite.
+
+    :param label: shown in tables and plots
+    :param params: overrides, in the zoo's format (``"lin_1e-3"`` schedules allowed), applied like ``-params``
+    :param axes: the values the report groups by (``{"n_workers": 2}``, ``{"optimizer": "sgd", "learning_rate": 1e-3}``)
+    """
+
+    label: str = "default"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    axes: Mapping[str, Any] = field(default_factory=dict)
+
+
+def default_variants(entry: AlgorithmEntry) -> list[Variant]:
+    """Every algorithm with its zoo config as it is."""
+    return [Variant()]
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named benchmark.
+
+    :param name: the ``--suite`` value
+    :param description: one line for ``--list`` and the report
+    :param kind: ``"race"`` (time to threshold, ours against peers), ``"scaling"`` (against worker count) or
+        ``"sweep"`` (final score over a hyperparameter sweep)
+    :param envs: env ids (registered in :mod:`sb3_async.benchmark.registry`)
+    :param seeds: seeds per (algorithm, env, variant): ``0 .. seeds - 1``
+    :param eval_interval: env steps between two deterministic evaluations
+    :param max_steps: env steps of a run; None: the config's ``n_timesteps`` (its schedules are tuned for it)
+    :param budget_seconds: training-clock seconds of a run (evaluation excluded); None: no limit
+    :param stop_at_threshold: stop a run at its first evaluation reaching the env's threshold
+    :param algos: the algorithms; None: every sb3_async algorithm registered for one of the envs
+    :param include_peers: add the SB3 peers of the chosen algorithms
+    :param variants: the variants of each algorithm (an empty list leaves the algorithm out of the suite)
+    :param n_eval_episodes: episodes per evaluation
+    :param torch_threads: torch threads of the main process of every run (``torch.set_num_threads``; our workers
+        always use one each); None: torch's default (one per core). 1 is SB3's faster setting for small MLPs on
+        2 cores (see docs/benchmarks.md, "Torch threads")
+    :param evaluate_after_threshold: with ``stop_at_threshold=False``, keep evaluating every ``eval_interval``
+        after the threshold is reached (False: only a final evaluation, fewer pauses of the workers)
+    """
+
+    name: str
+    description: str
+    kind: str
+    envs: tuple[str, ...]
+    seeds: int = 3
+    eval_interval: int = 10_000
+    max_steps: int | None = None
+    budget_seconds: float | None = None
+    stop_at_threshold: bool = True
+    algos: tuple[str, ...] | None = None
+    include_peers: bool = True
+    variants: Callable[[AlgorithmEntry], Sequence[Variant]] = default_variants
+    n_eval_episodes: int = 10
+    torch_threads: int | None = 1
+    evaluate_after_threshold: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"Invalid kind={self.kind!r} for suite {self.name!r}: expected one of {', '.join(KINDS)}")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: what ``python -m sb3_async.benchmark.run_one`` executes in a fresh process (JSON-serializable)."""
+
+    suite: str
+    run_id: str
+    algo: str
+    library: str
+    env_id: str
+    seed: int
+    variant: str
+    params: dict[str, Any]
+    axes: dict[str, Any]
+    threshold: float
+    eval_interval: int
+    n_eval_episodes: int
+    max_steps: int | None
+    budget_seconds: float | None
+    stop_at_threshold: bool
+    config: str
+    config_alias: str | None
+    device: str = "cpu"
+    torch_threads: int | None = 1
+    evaluate_after_threshold: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
+        return cls(**data)
+
+
+_SUITES: dict[str, Suite] = {}
+
+
+def register_suite(suite: Suite) -> Suite:
+    """Add a suite (or replace the one of that name)."""
+    for env_id in suite.envs:
+        get_env(env_id)
+    _SUITES[suite.name] = suite
+    return suite
+
+
+def get_suite(name: str) -> Suite:
+    """The suite called ``name``.
+
+    :raises ValueError: naming the registered suites
+    """
+    try:
+        return _SUITES[name]
+    except KeyError:
+        raise ValueError(f"Unknown suite {name!r}: expected one of {', '.join(_SUITES)}") from None
+
+
+def list_suites() -> list[Suite]:
+    """The registered suites, in registration order."""
+    return list(_SUITES.values())
+
+
+def select_algorithms(suite: Suite, algos: Sequence[str] | None = None) -> list[str]:
+    """The algorithms a suite runs: ``algos`` if given (checked), else the suite's own choice plus peers.
+
+    :raises ValueError: for an unknown algorithm, or one registered for none of the suite's envs
+    """
+    if algos is not None:
+        chosen = list(dict.fromkeys(algos))
+        for name in chosen:
+            entry = get_algorithm(name)
+            if not set(entry.envs) & set(suite.envs):
+                usable = sorted(n for n, e in ALGORITHMS.items() if set(e.envs) & set(suite.envs))
+                raise ValueError(
+                    f"Algorithm {name!r} is not benchmarked on {', '.join(suite.envs)} (suite {suite.name!r}): "
+                    f"expected one of {', '.join(usable)}"
+                )
+        return chosen
+    if suite.algos is not None:
+        ours = [get_algorithm(name).name for name in suite.algos]
+    else:
+        ours = [name for name, entry in ALGORITHMS.items() if entry.is_ours and set(entry.envs) & set(suite.envs)]
+    chosen = list(ours)
+    if suite.include_peers:
+        for name in ours:
+            chosen += [peer for peer in peers_of(name) if peer not in chosen]
+    return chosen
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.=-]+", "_", text).strip("_")
+
+
+def plan_runs(
+    suite: Suite,
+    algos: Sequence[str] | None = None,
+    seeds: int | None = None,
+    budget_seconds: float | None = None,
+    device: str = "cpu",
+    torch_threads: int | None = -1,
+) -> list[RunSpec]:
+    """Every run of ``suite``, interleaved: ``for seed: for env: for algorithm: for variant``.
+
+    :param algos: restrict to these algorithms (default: :func:`select_algorithms`)
+    :param seeds: number of seeds (default: the suite's)
+    :param budget_seconds: training-clock budget per run (default: the suite's)
+    :param device: torch device of the models (the same for every algorithm)
+    :param torch_threads: torch threads of each run's main process (default -1: the suite's; 0 or None: torch's
+        default)
+    """
+    names = select_algorithms(suite, algos)
+    n_seeds = suite.seeds if seeds is None else int(seeds)
+    if n_seeds < 1:
+        raise ValueError(f"Invalid seeds={seeds!r}: expected an integer >= 1")
+    budget = suite.budget_seconds if budget_seconds is None else float(budget_seconds)
+    threads = suite.torch_threads if torch_threads == -1 else (torch_threads or None)
+    runs: list[RunSpec] = []
+    for seed in range(n_seeds):
+        for env_id in suite.envs:
+            env = get_env(env_id)
+            for name in names:
+                entry = get_algorithm(name)
+                if env_id not in entry.envs:
+                    continue
+                for variant in suite.variants(entry):
+                    suffix = "" if variant.label == "default" else f"-{_slug(variant.label)}"
+                    runs.append(
+                        RunSpec(
+                            suite=suite.name,
+                            run_id=f"{env_id}-{name}{suffix}-s{seed}",
+                            algo=name,
+                            library=entry.library,
+                            env_id=env_id,
+                            seed=seed,
+                            variant=variant.label,
+                            params=dict(variant.params),
+                            axes=dict(variant.axes),
+                            threshold=env.threshold,
+                            eval_interval=suite.eval_interval,
+                            n_eval_episodes=suite.n_eval_episodes,
+                            max_steps=suite.max_steps,
+                            budget_seconds=budget,
+                            stop_at_threshold=suite.stop_at_threshold,
+                            config=str(entry.config_path()),
+                            config_alias=entry.config_aliases.get(env_id),
+                            device=device,
+                            torch_threads=threads,
+                            evaluate_after_threshold=suite.evaluate_after_threshold,
+                        )
+                    )
+    if not runs:
+        raise ValueError(f"Suite {suite.name!r} has no run for algorithms {', '.join(names)}")
+    return runs
+
+
+# --- Built-in suites ---------------------------------------------------------------------------------------------------
+
+#: Worker counts of the ``scaling`` suite (the paper's Table 2 goes 1, 2, 4, 8, 16 threads on 16 cores).
+SCALING_WORKERS = (1, 2, 4)
+#: Learning rates of the ``optimizers`` suite: log-spaced over the paper's LogUniform(1e-4, 1e-2) range.
+SWEEP_LEARNING_RATES = tuple(float(f"{lr:.3g}") for lr in np.logspace(-4, -2, 7))
+
+
+def scaling_variants(entry: AlgorithmEntry) -> list[Variant]:
+    """Ours with 1, 2 and 4 workers, each with the config's envs per worker (so more workers step more envs, as
+    the paper's threads each have their own env)."""
+    if not entry.is_ours:
+        return []
+    return [Variant(f"{n} worker{'s' if n > 1 else ''}", {"n_workers": n}, {"n_workers": n}) for n in SCALING_WORKERS]
+
+
+def optimizer_variants(entry: AlgorithmEntry) -> list[Variant]:
+    """Each optimizer the algorithm accepts at each learning rate of :data:`SWEEP_LEARNING_RATES`, annealed linearly
+    to 0 as in the paper; interleaved by learning rate."""
+    return [
+        Variant(
+            f"{opt} lr={lr:.3g}", {"optimizer": opt, "learning_rate": f"lin_{lr!r}"}, {"optimizer": opt, "learning_rate": lr}
+        )
+        for lr in SWEEP_LEARNING_RATES
+        for opt in entry.optimizers
+    ]
+
+
+register_suite(
+    Suite(
+        "smoke",
+        "CartPole-v1, A3C against A2C, short runs: checks the whole pipeline (CI)",
+        "race",
+        ("CartPole-v1",),
+        seeds=1,
+        eval_interval=10_000,
+        budget_seconds=20,
+        algos=("a3c",),
+    )
+)
+register_suite(
+    Suite(
+        "cartpole",
+        "CartPole-v1, time to a 475 evaluation mean, ours against their SB3 peers",
+        "race",
+        ("CartPole-v1",),
+        seeds=3,
+        eval_interval=10_000,
+        budget_seconds=120,
+    )
+)
+register_suite(
+    Suite(
+        "lunarlander",
+        "LunarLander-v3, time to a 200 evaluation mean, ours against their SB3 peers (needs box2d)",
+        "race",
+        ("LunarLander-v3",),
+        eval_interval=20_000,
+        budget_seconds=1200,
+    )
+)
+register_suite(
+    Suite(
+        "pendulum",
+        "Pendulum-v1, time to a -200 evaluation mean, ours against their SB3 peers",
+        "race",
+        ("Pendulum-v1",),
+        eval_interval=20_000,
+        budget_seconds=1200,
+    )
+)
+register_suite(
+    Suite(
+        "mujoco",
+        "HalfCheetah-v5, time to a 3000 evaluation mean, ours against their SB3 peers (needs mujoco; hours)",
+        "race",
+        ("HalfCheetah-v5",),
+        eval_interval=50_000,
+    )
+)
+register_suite(
+    Suite(
+        "atari",
+        "PongNoFrameskip-v4, throughput, learning curve and time to 18, ours against their SB3 peers (needs ale-py; days)",
+        "race",
+        ("PongNoFrameskip-v4",),
+        eval_interval=250_000,
+        torch_threads=None,  # convolutions: SB3's A2C uses every core
+    )
+)
+register_suite(
+    Suite(
+        "scaling",
+        "CartPole-v1, ours with 1, 2 and 4 workers, 200k steps each: env steps/s and time to 475 (the paper's Table 2 shape)",
+        "scaling",
+        ("CartPole-v1",),
+        seeds=2,
+        eval_interval=10_000,
+        max_steps=200_000,
+        budget_seconds=90,
+        stop_at_threshold=False,  # throughput needs a long enough run; time to threshold is still measured
+        evaluate_after_threshold=False,
+        include_peers=False,
+        variants=scaling_variants,
+    )
+)
+register_suite(
+    Suite(
+        "optimizers",
+        "CartPole-v1, final score after 120k steps over 7 learning rates in [1e-4, 1e-2] for shared RMSProp, "
+        "per-worker RMSProp and momentum SGD (the paper's Figure S1 shape)",
+        "sweep",
+        ("CartPole-v1",),
+        seeds=1,
+        eval_interval=40_000,
+        max_steps=120_000,
+        budget_seconds=60,
+        stop_at_threshold=False,
+        include_peers=False,
+        variants=optimizer_variants,
+    )
+)
