@@ -52,8 +52,7 @@ def one_run(algo: str, seed: int) -> dict:
     else:
         from sb3_async import A3C
 
-        model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=8, learning_rate=1e-3, ent_coef=0.0,
-                    seed=seed)
+        model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=8, learning_rate=1e-3, ent_coef=0.0, seed=seed)
     callback = TimeToReturn()
     start = time.perf_counter()
     model.learn(MAX_STEPS, callback=callback)
@@ -89,8 +88,9 @@ def main() -> None:
         runs = []
         for seed in range(args.seeds):
             for algo in ("a3c", "a2c"):
-                out = subprocess.run([sys.executable, __file__, "--one", algo, str(seed)], capture_output=True, text=True,
-                                     check=True).stdout
+                out = subprocess.run(
+                    [sys.executable, __file__, "--one", algo, str(seed)], capture_output=True, text=True, check=True
+                ).stdout
                 runs.append(json.loads(out.strip().splitlines()[-1]))
                 print(runs[-1], flush=True)
         medians = {}
