@@ -104,8 +104,9 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
             next_obs = stack_steps([*segment.obs[1:], segment.next_obs])
             next_q = _q_values(target_net, next_obs).reshape(n, cfg.n_envs, n_actions)
             if sarsa:
-                next_actions[0] = act(segment.next_obs)
-                taken_next = np.stack([*segment.actions[1:], next_actions[0]])
+                next_action = act(segment.next_obs)
+                next_actions[0] = next_action
+                taken_next = np.stack([*segment.actions[1:], next_action])
                 next_q_taken = np.take_along_axis(next_q, taken_next[..., None], axis=2)[..., 0]
                 targets = sarsa_targets(rewards, dones, next_q_taken, cfg.gamma)
             else:

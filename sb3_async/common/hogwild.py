@@ -94,7 +94,7 @@ class HogwildWorker:
         )
         self.policy.set_training_mode(True)
         self.shared_params: list[torch.Tensor] = ctx.shared["params"]
-        self.local_params = list(local_module(self.policy).parameters())  # θ'
+        self.local_params: list[torch.Tensor] = list(local_module(self.policy).parameters())  # θ'
         self.optimizer = WorkerOptimizer(
             *cfg.optimizer, self.shared_params, ctx.shared["optimizer_state"], cfg.optimizer_shared
         )
@@ -150,7 +150,8 @@ class HogwildWorker:
         loss.backward()
         if self.cfg.max_grad_norm is not None:
             clip_grad_norm(self.local_params, self.cfg.max_grad_norm)
-        self.optimizer.step([param.grad for param in self.local_params], self.cfg.lr_schedule(self.ctx.progress_remaining))
+        grads = [param.grad if param.grad is not None else torch.zeros_like(param) for param in self.local_params]
+        self.optimizer.step(grads, self.cfg.lr_schedule(self.ctx.progress_remaining))
         return self.ctx.add_steps(n_steps * self.cfg.n_envs)
 
     def close(self) -> None:

@@ -59,7 +59,7 @@ class AsyncQCnnPolicy(DQNCnnPolicy):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, **kwargs: Any):
         kwargs.setdefault("features_extractor_class", MnihCNN)
         kwargs.setdefault("net_arch", [])
-        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
+        super().__init__(observation_space, action_space, lr_schedule, **kwargs)  # type: ignore[arg-type]
 
 
 class SoftplusGaussianPolicy(ActorCriticPolicy):
