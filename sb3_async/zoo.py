@@ -17,14 +17,16 @@ What the zoo builds and what the workers need differ in two ways, which :class:`
   cannot travel to the workers; the copy given to the workers logs no file (training episodes reach the logger,
   the progress bar and the callbacks through the workers' reports instead).
 
-``normalize`` (``VecNormalize``) and ``--vec-env subproc`` cannot be given to workers and fail with a ``ValueError``
-saying what to do instead. See ``docs/zoo.md``.
+``normalize`` (``VecNormalize``) cannot be given to workers and fails with a ``ValueError`` saying what to do
+instead; ``--vec-env subproc`` on the command line is replaced by ``dummy`` with a note (a ``SubprocVecEnv`` built
+through the Python API fails with a ``ValueError``). See ``docs/zoo.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -284,7 +286,9 @@ def _pre_parse(argv: Sequence[str], options: dict[str, tuple[str, ...]], algo_de
 def zoo_argv(argv: Sequence[str], script: str) -> list[str]:
     """``argv`` for the zoo's ``script`` (``"train"`` or ``"enjoy"``), with our defaults added for our algorithms.
 
-    - ``train``: ``--conf-file zoo_configs/<algo>.yml`` unless a config file is given;
+    - ``train``: ``--conf-file zoo_configs/<algo>.yml`` unless a config file is given; ``--vec-env subproc``
+      becomes ``dummy``, with a note on stderr: the envs the zoo builds are only a template (the workers, separate
+      processes already, build their own copies), and a ``SubprocVecEnv`` cannot be copied to them;
     - ``enjoy``: ``--folder logs`` (where ``train`` saves) unless a folder is given: the zoo's default,
       ``rl-trained-agents``, would try to download the agent from the Hugging Face Hub.
 
@@ -292,8 +296,15 @@ def zoo_argv(argv: Sequence[str], script: str) -> list[str]:
     """
     argv = list(argv)
     if script == "train":
-        args = _pre_parse(argv, {"conf_file": ("-conf", "--conf-file")}, algo_default="ppo")
+        args = _pre_parse(argv, {"conf_file": ("-conf", "--conf-file"), "vec_env": ("--vec-env",)}, algo_default="ppo")
         entry = zoo_algorithm(args.algo)
+        if entry is not None and args.vec_env == "subproc":
+            print(
+                f"sb3_async: --vec-env subproc is replaced by dummy for {args.algo}: its workers are separate "
+                "processes already (n_workers), each stepping its own copies of the env",
+                file=sys.stderr,
+            )
+            argv += ["--vec-env", "dummy"]
         if entry is not None and args.conf_file is None:
             if not entry.config_path.is_file():
                 raise FileNotFoundError(

@@ -193,6 +193,8 @@ def test_zoo_argv_defaults() -> None:
         argv = ["--algo", "a3c", *given]
         assert zoo.zoo_argv(argv, "train") == argv
     assert zoo.zoo_argv(["--algo", "ppo"], "train") == ["--algo", "ppo"]
+    assert zoo.zoo_argv(["--algo", "a3c", "--vec-env", "subproc"], "train")[-4:] == ["--vec-env", "dummy", "--conf-file", conf]
+    assert zoo.zoo_argv(["--algo", "ppo", "--vec-env", "subproc"], "train") == ["--algo", "ppo", "--vec-env", "subproc"]
     assert zoo.zoo_argv(["--algo", "a3c"], "enjoy") == ["--algo", "a3c", "--folder", "logs"]
     assert zoo.zoo_argv(["--algo", "a3c", "-f", "runs"], "enjoy") == ["--algo", "a3c", "-f", "runs"]
     assert zoo.zoo_argv(["--algo", "ppo"], "enjoy") == ["--algo", "ppo"]
