@@ -311,19 +311,17 @@ def zoo_argv(argv: Sequence[str], script: str) -> list[str]:
                     f"No zoo config for {args.algo!r} at {entry.config_path}: pass one with --conf-file PATH"
                 )
             argv += ["--conf-file", str(entry.config_path)]
-    elif script == "enjoy":
+    elif script in ("enjoy", "record_video"):
         args = _pre_parse(argv, {"folder": ("-f", "--folder")}, algo_default="ppo")
         if zoo_algorithm(args.algo) is not None and args.folder is None:
             argv += ["--folder", "logs"]
     else:
-        raise ValueError(f"Invalid script={script!r}: expected 'train' or 'enjoy'")
+        raise ValueError(f"Invalid script={script!r}: expected 'train', 'enjoy' or 'record_video'")
     return argv
 
 
 @contextlib.contextmanager
 def _argv(argv: list[str]) -> Iterator[None]:
-    import sys
-
     saved = sys.argv
     sys.argv = [saved[0] if saved else "sb3_async", *argv]
     try:
@@ -333,15 +331,20 @@ def _argv(argv: list[str]) -> Iterator[None]:
 
 
 def run_zoo(script: str, argv: Sequence[str] | None = None) -> None:
-    """Register our algorithms, then run the zoo's own ``train()`` or ``enjoy()`` on ``argv`` (default:
-    ``sys.argv[1:]``) completed by :func:`zoo_argv`."""
-    import sys
-
+    """Register our algorithms, then run the zoo's own ``train()``, ``enjoy()`` or ``record_video`` script on
+    ``argv`` (default: ``sys.argv[1:]``) completed by :func:`zoo_argv`."""
     register()
     full_argv = zoo_argv(sys.argv[1:] if argv is None else argv, script)
-    if script == "train":
-        from rl_zoo3.train import train as zoo_main
-    else:
-        from rl_zoo3.enjoy import enjoy as zoo_main
     with _argv(full_argv):
-        zoo_main()
+        if script == "train":
+            from rl_zoo3.train import train
+
+            train()
+        elif script == "enjoy":
+            from rl_zoo3.enjoy import enjoy
+
+            enjoy()
+        else:  # the zoo's record_video is a script (its code under `if __name__ == "__main__"`): run it as one
+            import runpy
+
+            runpy.run_module("rl_zoo3.record_video", run_name="__main__", alter_sys=False)

@@ -222,6 +222,7 @@ def test_console_scripts_declared() -> None:
     scripts = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="console_scripts")}
     assert scripts.get("sb3-async-train") == "sb3_async.train:main"
     assert scripts.get("sb3-async-enjoy") == "sb3_async.enjoy:main"
+    assert scripts.get("sb3-async-record-video") == "sb3_async.record_video:main"
 
 
 def test_train_then_enjoy_through_the_cli(tmp_path: Path) -> None:
@@ -285,6 +286,10 @@ def test_train_then_enjoy_through_the_cli(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert "rl_model_1000_steps.zip" in out
+
+    # record_video: the zoo's script, finding the same run; the video lands in the run folder
+    run_cli("sb3_async.record_video", "--algo", "a3c", "--env", "CartPole-v1", "-n", "50", cwd=tmp_path)
+    assert list((tmp_path / "logs" / "a3c" / "CartPole-v1_1" / "videos").glob("*.mp4"))
 
     # continue training from the saved model (-i): loaded with the zoo's env, written to a new run folder
     run_cli(
