@@ -284,12 +284,13 @@ def _pre_parse(argv: Sequence[str], options: dict[str, tuple[str, ...]], algo_de
 
 
 def zoo_argv(argv: Sequence[str], script: str) -> list[str]:
-    """``argv`` for the zoo's ``script`` (``"train"`` or ``"enjoy"``), with our defaults added for our algorithms.
+    """``argv`` for the zoo's ``script`` (``"train"``, ``"enjoy"`` or ``"record_video"``), with our defaults added
+    for our algorithms.
 
     - ``train``: ``--conf-file zoo_configs/<algo>.yml`` unless a config file is given; ``--vec-env subproc``
       becomes ``dummy``, with a note on stderr: the envs the zoo builds are only a template (the workers, separate
       processes already, build their own copies), and a ``SubprocVecEnv`` cannot be copied to them;
-    - ``enjoy``: ``--folder logs`` (where ``train`` saves) unless a folder is given: the zoo's default,
+    - ``enjoy`` and ``record_video``: ``--folder logs`` (where ``train`` saves) unless a folder is given: the zoo's default,
       ``rl-trained-agents``, would try to download the agent from the Hugging Face Hub.
 
     Other algorithms' arguments pass unchanged.
