@@ -47,8 +47,12 @@ from sb3_async.common.async_algorithm import AsyncAlgorithm
 Sampler = Callable[[optuna.Trial, int, int, dict[str, Any]], dict[str, Any]]
 Converter = Callable[[dict[str, Any]], dict[str, Any]]
 
-#: Folder of the YAML files, ``<algo>.yml`` each (beside the package in a source checkout).
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "zoo_configs"
+_HERE = Path(__file__).resolve().parent
+#: Folder of the YAML files, ``<algo>.yml`` each: inside the installed package (a wheel ships them as
+#: ``sb3_async/zoo_configs``, see setup.py), else beside the package (a source checkout, an editable install).
+CONFIG_DIR = next(
+    (folder for folder in (_HERE / "zoo_configs", _HERE.parent / "zoo_configs") if folder.is_dir()), _HERE / "zoo_configs"
+)
 
 _NET_ARCHS = {
     "tiny": dict(pi=[64], vf=[64]),

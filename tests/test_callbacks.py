@@ -77,7 +77,9 @@ def test_stop_on_max_episodes():
     stopper = StopTrainingOnMaxEpisodes(max_episodes=5)
     model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0)
     model.learn(1_000_000, callback=stopper)
-    assert stopper.n_episodes == 5 * model.n_envs
+    # SB3's promise: training stops at the first step where the count reaches max_episodes * n_envs; one step ends at
+    # most one episode per env (the exact count depends on how many envs finish in that step).
+    assert 5 * model.n_envs <= stopper.n_episodes < 6 * model.n_envs
     assert model.num_timesteps < 100_000
 
 

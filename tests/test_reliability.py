@@ -57,8 +57,37 @@ def wait_until_gone(marker: str, timeout: float = 10.0) -> list[int]:
     return processes_with_marker(marker)
 
 
-def shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+class ShmWatch:
+    """The ``/dev/shm`` entries of *our* processes, so that another program using shared memory beside the tests
+    cannot fail them: names our processes had mapped or open while :meth:`sample` looked, plus torch's segments named
+    after one of our pids (``torch_<pid>_...``). :meth:`leaked` lists those still present."""
+
+    def __init__(self) -> None:
+        self.pids: set[int] = set()
+        self.names: set[str] = set()
+
+    def sample(self, pids: list[int]) -> None:
+        for pid in pids:
+            self.pids.add(pid)
+            paths: list[str] = []
+            try:
+                paths += [line.split(None, 5)[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines()]
+                paths += [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+            except OSError:
+                continue
+            self.names.update(
+                path[len("/dev/shm/") :].removesuffix(" (deleted)") for path in paths if path.startswith("/dev/shm/")
+            )
+
+    def sample_self_and_children(self) -> None:
+        import psutil
+
+        self.sample([os.getpid(), *(child.pid for child in psutil.Process().children(recursive=True))])
+
+    def leaked(self) -> set[str]:
+        entries = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+        ours = {name for name in entries if name.startswith("torch_") and name.split("_")[1] in map(str, self.pids)}
+        return ours | (entries & self.names)
 
 
 def live_children() -> list[int]:
@@ -83,23 +112,30 @@ def test_dead_worker_is_reported_quickly(how, expected):
 
 
 def test_exception_in_callback_stops_workers():
+    watch = ShmWatch()
+
     def explode(_locals, _globals):
+        watch.sample_self_and_children()
         if _locals["self"].num_timesteps > 500:
             raise KeyError("callback failure")
         return True
 
-    before = shm_entries()
     with pytest.raises(KeyError, match="callback failure"):
         A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0).learn(1_000_000, callback=explode)
     assert live_children() == []
-    assert shm_entries() <= before
+    assert len(watch.pids) >= 3 and watch.leaked() == set()
 
 
 def test_normal_end_leaves_nothing():
-    before = shm_entries()
-    A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0).learn(1000)
+    watch = ShmWatch()
+
+    def sample(_locals, _globals):
+        watch.sample_self_and_children()
+        return True
+
+    A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0).learn(1000, callback=sample)
     assert live_children() == []
-    assert shm_entries() <= before
+    assert len(watch.pids) >= 3 and watch.leaked() == set()
 
 
 def _report_threads(ctx, payload):
@@ -135,7 +171,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _start_training(tmp_path: Path, start_method: str) -> tuple[subprocess.Popen, str]:
+def _start_training(tmp_path: Path, start_method: str, watch: ShmWatch) -> tuple[subprocess.Popen, str]:
     marker = f"SB3_ASYNC_TEST_{uuid.uuid4().hex}"
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
@@ -148,27 +184,29 @@ def _start_training(tmp_path: Path, start_method: str) -> tuple[subprocess.Popen
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line.strip() == "training", line
-    assert len(processes_with_marker(marker)) >= 3  # the script, its workers (and the forkserver)
+    pids = processes_with_marker(marker)
+    assert len(pids) >= 3  # the script, its workers (and the forkserver)
+    watch.sample(pids)
     return proc, marker
 
 
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
 def test_parent_sigkill_leaves_no_orphan(tmp_path, start_method):
-    before = shm_entries()
-    proc, marker = _start_training(tmp_path, start_method)
+    watch = ShmWatch()
+    proc, marker = _start_training(tmp_path, start_method, watch)
     proc.kill()
     proc.wait(timeout=10)
     assert wait_until_gone(marker) == []
-    assert shm_entries() <= before
+    assert watch.leaked() == set()
 
 
 def test_ctrl_c_stops_everything(tmp_path):
-    before = shm_entries()
-    proc, marker = _start_training(tmp_path, "forkserver")
+    watch = ShmWatch()
+    proc, marker = _start_training(tmp_path, "forkserver", watch)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=20) != 0  # KeyboardInterrupt
     assert wait_until_gone(marker) == []
-    assert shm_entries() <= before
+    assert watch.leaked() == set()
 
 
 @pytest.mark.parametrize(

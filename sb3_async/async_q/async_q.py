@@ -272,7 +272,7 @@ class AsyncQLearning(HogwildAlgorithm):
         n_actions = int(self.action_space.n)  # type: ignore[attr-defined]
         batch = np.atleast_1d(actions)
         explored = epsilon_greedy(batch, self.exploration_rate, n_actions, np.random.default_rng())
-        return (explored if np.ndim(actions) else explored[0]), state
+        return explored.reshape(np.shape(actions)), state
 
     def _log_extra(self) -> None:
         self.logger.record("rollout/exploration_rate", self.exploration_rate)

@@ -342,6 +342,9 @@ class AsyncAlgorithm(BaseAlgorithm):
     def _supervise(
         self, runtime: Runtime, callback: BaseCallback, total_timesteps: int, log_interval: int, latest_obs: Any
     ) -> None:
+        """Turn the workers' progress into SB3's ``learn()`` loop: one ``on_step()`` per ``n_envs`` global steps while
+        ``num_timesteps < total_timesteps`` (SB3's loop condition, so a progress bar ends at ``total_timesteps``). Steps
+        the workers take after that (the end of their last segment) are counted once they have finished."""
         n_envs = self.n_envs
         start = self.num_timesteps
         pending: deque[tuple[int, dict[str, Any]]] = deque()
@@ -358,9 +361,9 @@ class AsyncAlgorithm(BaseAlgorithm):
                     self._on_message(rank, kind, data)
             target = start + runtime.steps()
             finished = not runtime.running()
-            new_obs = _read_obs(latest_obs) if target >= self.num_timesteps + n_envs or finished else None
+            new_obs = _read_obs(latest_obs) if self._callback_step_due(target, finished, total_timesteps) else None
             keep_going = True
-            while keep_going and (target >= self.num_timesteps + n_envs or (finished and target > self.num_timesteps)):
+            while keep_going and self._callback_step_due(target, finished, total_timesteps):
                 self.num_timesteps = min(self.num_timesteps + n_envs, target) if finished else self.num_timesteps + n_envs
                 dones = np.zeros(n_envs, dtype=bool)
                 infos: list[dict[str, Any]] = [{} for _ in range(n_envs)]
@@ -379,20 +382,32 @@ class AsyncAlgorithm(BaseAlgorithm):
                 keep_going = callback.on_step()
                 if self.num_timesteps >= next_log:
                     next_log += iteration_steps * log_interval
-                    self._dump(self.num_timesteps - start)
+                    self.dump_logs()
             self._current_progress_remaining = max(0.0, 1.0 - self.num_timesteps / total_timesteps)
             if not keep_going:
                 runtime.request_stop()
                 break
             if finished:
                 break
+        # Episodes that ended in the workers' last segments still count in the statistics, as do their steps.
+        self._update_info_buffer([entry for _, entry in pending])
+        self._episode_num += len(pending)
+        self.num_timesteps = max(self.num_timesteps, start + runtime.steps())
+
+    def _callback_step_due(self, target: int, finished: bool, total_timesteps: int) -> bool:
+        """Whether the workers' ``target`` global steps owe the callbacks another ``on_step()``."""
+        if self.num_timesteps >= total_timesteps:
+            return False
+        return target >= self.num_timesteps + self.n_envs or (finished and target > self.num_timesteps)
 
     def _on_message(self, rank: int, kind: str, data: Any) -> None:
         raise RuntimeError(f"Unexpected message {kind!r} from worker {rank}")
 
-    def _dump(self, steps_this_run: int) -> None:
+    def dump_logs(self) -> None:
+        """Write the log (SB3's ``dump_logs()``, which ``LogEveryNTimesteps`` calls): rollout statistics, fps since
+        the start of this ``learn()`` call, and the workers' latest training metrics."""
         elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
-        fps = int(steps_this_run / elapsed)
+        fps = int((self.num_timesteps - self._num_timesteps_at_start) / elapsed)
         assert self.ep_info_buffer is not None
         if len(self.ep_info_buffer) > 0:
             self.logger.record("rollout/ep_rew_mean", safe_mean([ep["r"] for ep in self.ep_info_buffer]))

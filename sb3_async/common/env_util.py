@@ -189,20 +189,44 @@ class EnvRecipe:
         return BaseAlgorithm._wrap_env(venv)
 
 
-class WorkerEnvsView(VecEnvWrapper):
-    """What the main process sees of the workers' envs: ``num_envs`` is their total, spaces are the template's.
+_VIEW_CLASSES: dict[type, type] = {}
 
-    Callbacks read ``training_env.num_envs`` (progress bar, ``StopTrainingOnMaxEpisodes``) and attributes; the envs
-    themselves are stepped inside the workers, so stepping this view is an error.
+
+class WorkerEnvsView(VecEnv):
+    """What the main process sees of the workers' envs: a copy of the template ``VecEnv`` (the type the workers step,
+    e.g. ``DummyVecEnv`` or ``VecFrameStack``) whose ``num_envs`` is the workers' total.
+
+    ``WorkerEnvsView(template, num_envs)`` is an instance of a subclass of both this class and ``type(template)``, so
+    ``isinstance`` checks see the same type as with A2C (``EvalCallback`` compares the training and eval env types, and
+    ``sync_envs_normalization`` walks their wrappers side by side). Callbacks read ``num_envs`` (progress bar,
+    ``StopTrainingOnMaxEpisodes``), attributes and renders: those come from the template, each env index mapped to it
+    (every worker env is a copy of it). The envs themselves are stepped inside the workers: stepping the view, or
+    setting an attribute that would never reach the workers, is an error.
     """
 
-    def __init__(self, template: VecEnv, num_envs: int):
-        super().__init__(template)
+    template: VecEnv
+
+    def __new__(cls, template: VecEnv, num_envs: int) -> WorkerEnvsView:
+        if cls is WorkerEnvsView:
+            base = type(template)
+            if base not in _VIEW_CLASSES:
+                _VIEW_CLASSES[base] = type(
+                    f"WorkerEnvsView[{base.__name__}]", (WorkerEnvsView, base), {"__module__": __name__}
+                )
+            cls = _VIEW_CLASSES[base]
+        return object.__new__(cls)
+
+    def __init__(self, template: VecEnv, num_envs: int):  # the base class' __init__ already ran for the template
+        self.__dict__.update(template.__dict__)
+        self.template = template
         self.num_envs = num_envs
 
+    def _template_indices(self, indices: Any) -> list[int]:
+        return [i % self.template.num_envs for i in self._get_indices(indices)]
+
     def reset(self) -> Any:
-        obs = self.venv.reset()
-        reps = int(np.ceil(self.num_envs / self.venv.num_envs))
+        obs = self.template.reset()
+        reps = int(np.ceil(self.num_envs / self.template.num_envs))
         if isinstance(obs, dict):
             return {key: np.concatenate([value] * reps)[: self.num_envs] for key, value in obs.items()}
         return np.concatenate([obs] * reps)[: self.num_envs]
@@ -212,3 +236,36 @@ class WorkerEnvsView(VecEnvWrapper):
 
     def step_wait(self) -> Any:
         raise RuntimeError("The training envs are stepped inside the workers; use a separate env to step from here.")
+
+    def seed(self, seed: int | None = None) -> Any:
+        return self.template.seed(seed)
+
+    def set_options(self, options: list[dict] | dict | None = None) -> None:
+        self.template.set_options(options)
+
+    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
+        values = self.template.get_attr(attr_name)
+        return [values[i] for i in self._template_indices(indices)]
+
+    def env_method(self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any) -> list[Any]:
+        values = self.template.env_method(method_name, *method_args, **method_kwargs)
+        return [values[i] for i in self._template_indices(indices)]
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: Any = None) -> list[bool]:
+        values = self.template.env_is_wrapped(wrapper_class)
+        return [values[i] for i in self._template_indices(indices)]
+
+    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
+        raise RuntimeError(
+            f"Cannot set {attr_name!r} on the training envs: they live inside the workers. Set it in the env (or its "
+            "factory) before passing it to the model."
+        )
+
+    def get_images(self) -> Any:
+        return self.template.get_images()
+
+    def render(self, mode: str | None = None) -> Any:
+        return self.template.render(mode)
+
+    def close(self) -> None:
+        self.template.close()

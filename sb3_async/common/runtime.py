@@ -24,15 +24,17 @@ Guarantees, each covered by a test:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import select
 import signal
+import sys
 import threading
 import time
 import traceback
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -44,6 +46,9 @@ import torch.multiprocessing as mp
 
 START_METHODS = ("forkserver", "spawn", "fork")
 BACKENDS = ("mp",)
+
+#: Exit code of a worker whose start re-imported a main script that starts training again (no ``__main__`` guard).
+EXIT_UNGUARDED_MAIN = 86
 
 #: Modules the forkserver imports once, so that each worker starts in a fraction of a second.
 _FORKSERVER_PRELOAD = ["torch", "numpy", "gymnasium", "stable_baselines3", "sb3_async.common.runtime"]
@@ -64,14 +69,15 @@ class WorkerError(RuntimeError):
         message = f"Worker {rank} ({name}) {how}"
         if worker_traceback:
             message += f". Its traceback:\n{worker_traceback}"
+        elif exitcode == EXIT_UNGUARDED_MAIN:
+            main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+            message = (
+                f"Worker {rank} ({name}) could not start: with the 'forkserver' and 'spawn' start methods each worker"
+                f" imports the main script{f' ({main_file})' if main_file else ''}, and that script started training"
+                ' again. Put its code under `if __name__ == "__main__":`, as with SB3\'s SubprocVecEnv.'
+            )
         else:
             message += " without a traceback (it did not raise: it was killed or crashed)."
-            if exitcode == 1:
-                message += (
-                    " If it died while starting, see the error printed above: with the 'forkserver' and 'spawn' start"
-                    " methods, workers re-import the main script, which must guard its code with"
-                    ' `if __name__ == "__main__":`.'
-                )
         super().__init__(message)
 
 
@@ -255,6 +261,31 @@ class Runtime(ABC):
         self.close()
 
 
+def _exit_if_importing_main() -> None:
+    """In a worker that is still importing the main script (a script without a ``__main__`` guard starts training
+    again there), exit quietly with :data:`EXIT_UNGUARDED_MAIN`: the main process then raises one clear
+    :class:`WorkerError`, instead of every worker printing multiprocessing's long bootstrapping traceback."""
+    if getattr(mp.current_process(), "_inheriting", False):
+        sys.stdout.flush()
+        os._exit(EXIT_UNGUARDED_MAIN)
+
+
+@contextlib.contextmanager
+def _main_module_importable() -> Iterator[None]:
+    """Hide a main module ``__file__`` that is not a file (``python - < script.py`` gives ``'<stdin>'``): workers then
+    do not try to re-import it, as with ``python -c`` and notebooks (what they need of it travels with cloudpickle)."""
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    if main is None or main_file is None or os.path.isfile(main_file):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = main_file
+
+
 class MultiprocessingRuntime(Runtime):
     """Workers as ``torch.multiprocessing`` processes on this machine (the default backend, ``backend="mp"``).
 
@@ -288,46 +319,52 @@ class MultiprocessingRuntime(Runtime):
     def start(self, specs: Sequence[WorkerSpec], seed: int, start_timesteps: int, total_timesteps: int) -> None:
         if not specs:
             raise ValueError("At least one worker spec is needed")
+        _exit_if_importing_main()
         n = len(specs)
         self._steps = torch.zeros(n, dtype=torch.int64).share_memory_()
         self._control = torch.zeros(2, dtype=torch.int64).share_memory_()
         self._parked = torch.zeros(n, dtype=torch.int64).share_memory_()
         self._finished = [False] * n
         try:
-            for rank, spec in enumerate(specs):
-                reader, writer = self._ctx.Pipe(duplex=False)
-                blob = cloudpickle.dumps((spec.fn, spec.payload))
-                proc = self._ctx.Process(
-                    target=_worker_main,
-                    name=f"sb3_async-{spec.name}",
-                    args=(
-                        rank,
-                        spec.name,
-                        n,
-                        seed,
-                        os.getpid(),
-                        blob,
-                        spec.shared,
-                        self._steps,
-                        self._control,
-                        self._parked,
-                        writer,
-                        start_timesteps,
-                        total_timesteps,
-                    ),
-                    daemon=True,
-                )
-                proc.start()
-                writer.close()
-                self._procs.append(proc)
-                self._names.append(spec.name)
-                self._conns.append(reader)
+            with _main_module_importable():
+                self._start_processes(specs, seed, start_timesteps, total_timesteps)
         except BaseException:
             self.close()
             raise
         self._reading.set()
         self._reader = threading.Thread(target=self._read_loop, name="sb3_async-reader", daemon=True)
         self._reader.start()
+
+    def _start_processes(self, specs: Sequence[WorkerSpec], seed: int, start_timesteps: int, total_timesteps: int) -> None:
+        n = len(specs)
+        for rank, spec in enumerate(specs):
+            reader, writer = self._ctx.Pipe(duplex=False)
+            blob = cloudpickle.dumps((spec.fn, spec.payload))
+            proc = self._ctx.Process(
+                target=_worker_main,
+                name=f"sb3_async-{spec.name}",
+                args=(
+                    rank,
+                    spec.name,
+                    n,
+                    seed,
+                    os.getpid(),
+                    blob,
+                    spec.shared,
+                    self._steps,
+                    self._control,
+                    self._parked,
+                    writer,
+                    start_timesteps,
+                    total_timesteps,
+                ),
+                daemon=True,
+            )
+            proc.start()
+            writer.close()
+            self._procs.append(proc)
+            self._names.append(spec.name)
+            self._conns.append(reader)
 
     def _read_loop(self) -> None:
         open_conns: dict[Any, int] = dict(zip(self._conns, range(len(self._conns))))
@@ -398,7 +435,7 @@ class MultiprocessingRuntime(Runtime):
                 continue
             # Dead or failed: give its last message (the traceback) a moment to arrive.
             deadline = time.monotonic() + 2.0
-            while rank not in self._tracebacks and time.monotonic() < deadline:
+            while rank not in self._tracebacks and proc.exitcode != EXIT_UNGUARDED_MAIN and time.monotonic() < deadline:
                 self._held += self._drain(0.05)
             proc.join(timeout=2.0)
             raise WorkerError(rank, self._names[rank], proc.exitcode, self._tracebacks.get(rank))
