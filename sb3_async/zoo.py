@@ -335,11 +335,35 @@ def _argv(argv: list[str]) -> Iterator[None]:
         sys.argv = saved
 
 
+def cli_help(script: str) -> str:
+    """What ``--help`` says of sb3_async before the zoo's own help for ``script``."""
+    names = ", ".join(entry.name for entry in ZOO_ALGORITHMS)
+    lines = [
+        f"sb3_async: the RL Zoo's own {script} script, with sb3_async's algorithms registered ({names}).",
+        "For these algorithms:",
+    ]
+    if script == "train":
+        lines += [
+            f"  - hyperparameters come from {CONFIG_DIR}/<algo>.yml unless --conf-file is given;",
+            "  - n_envs in those files is the total number of envs: n_workers x n_envs_per_worker (override with",
+            "    -params n_envs:16 n_workers:2 n_envs_per_worker:8);",
+            "  - --vec-env subproc becomes dummy: the workers are separate processes already, each stepping its own envs;",
+            "  - models are saved under logs/<algo>/<env>_<run id>/ (-f/--log-folder changes logs/).",
+        ]
+    else:
+        lines += ["  - models are read from logs/ (where train saves them) unless -f/--folder is given."]
+    lines += ["Everything else is the zoo's; its options follow.", ""]
+    return "\n".join(lines)
+
+
 def run_zoo(script: str, argv: Sequence[str] | None = None) -> None:
     """Register our algorithms, then run the zoo's own ``train()``, ``enjoy()`` or ``record_video`` script on
     ``argv`` (default: ``sys.argv[1:]``) completed by :func:`zoo_argv`."""
     register()
-    full_argv = zoo_argv(sys.argv[1:] if argv is None else argv, script)
+    argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        print(cli_help(script))
+    full_argv = zoo_argv(argv, script)
     with _argv(full_argv):
         if script == "train":
             from rl_zoo3.train import train

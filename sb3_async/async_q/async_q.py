@@ -245,7 +245,25 @@ class AsyncQLearning(HogwildAlgorithm):
         self.policy = policy.to(torch.device("cpu"))
         self.policy.q_net_target.load_state_dict(self.policy.q_net.state_dict())  # θ⁻ ← θ
         self.policy.q_net_target.set_training_mode(False)
+        self._create_aliases()
         self._setup_optimizer()
+
+    def _create_aliases(self) -> None:
+        # The names DQN users know: the online network θ and the target network θ⁻.
+        self.q_net = self.policy.q_net
+        self.q_net_target = self.policy.q_net_target
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "q_net", "q_net_target"]
+
+    def save_replay_buffer(self, path: Any) -> None:
+        raise TypeError(
+            f"{type(self).__name__} has no replay buffer: the paper's asynchronous methods learn online from parallel "
+            "workers instead of replaying experience (Mnih et al. 2016, §4)."
+        )
+
+    def load_replay_buffer(self, path: Any, truncate_last_traj: bool = True) -> None:
+        self.save_replay_buffer(path)
 
     def _trained_module(self) -> torch.nn.Module:
         return self.policy.q_net

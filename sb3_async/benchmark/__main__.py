@@ -33,7 +33,7 @@ def _list() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m sb3_async.benchmark",
-        description="Benchmark sb3_async's algorithms against their SB3 peers (DESIGN.md §7); see docs/benchmarks.md.",
+        description="Benchmark sb3_async's algorithms against their SB3 peers under one protocol (evaluation off the clock, zoo hyperparameters, fresh process per run); see docs/benchmarks.md in the project's repository.",
     )
     parser.add_argument("--suite", help="the suite to run (see --list)")
     parser.add_argument("--out", type=Path, help="output folder (default: benchmarks/results/<suite>)")

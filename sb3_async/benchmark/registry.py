@@ -26,7 +26,7 @@ class EnvEntry:
     """An env of the benchmark.
 
     :param env_id: the Gymnasium id
-    :param threshold: the deterministic evaluation mean (10 episodes) that counts as solved (DESIGN.md §7)
+    :param threshold: the deterministic evaluation mean (10 episodes) that counts as solved (docs/benchmarks.md)
     :param requires: what to install when the env cannot be built (shown in error messages)
     """
 
@@ -159,7 +159,7 @@ def peers_of(name: str) -> tuple[str, ...]:
     return tuple(peer for peer in get_algorithm(name).peers if peer in _ALGORITHMS)
 
 
-# --- Registered envs: thresholds from DESIGN.md §7 -------------------------------------------------------------------
+# --- Registered envs: thresholds as in docs/benchmarks.md -------------------------------------------------------------
 
 register_env("CartPole-v1", 475)
 register_env("LunarLander-v3", 200, requires="pip install 'sb3-async[box2d]'")
