@@ -1,7 +1,7 @@
 """The benchmark: ``python -m sb3_async.benchmark --suite NAME --out DIR`` (``--list`` shows the suites).
 
-It runs sb3_async's algorithms and their stock SB3 peers under the same protocol (docs/benchmarks.md, "Protocol"): hyperparameters
-from the RL Zoo's YAML files, each run in a fresh process on the same cores, runs interleaved, deterministic
+It runs sb3_async's algorithms and their stock SB3 peers under the same protocol (docs/benchmarks.md):
+hyperparameters from the RL Zoo's YAML files, each run in a fresh process on the same cores, runs interleaved, deterministic
 evaluation every fixed number of env steps with the evaluation time off the clock, and it writes
 ``DIR/results.json`` (one record per run), ``DIR/results.md`` (ratios first) and PNG plots.
 

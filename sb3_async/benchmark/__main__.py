@@ -33,7 +33,10 @@ def _list() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m sb3_async.benchmark",
-        description="Benchmark sb3_async's algorithms against their SB3 peers under one protocol (evaluation off the clock, zoo hyperparameters, fresh process per run); see docs/benchmarks.md in the project's repository.",
+        description=(
+            "Benchmark sb3_async's algorithms against their SB3 peers under one protocol (zoo hyperparameters, a fresh"
+            " process per run, evaluation off the clock); see docs/benchmarks.md in the project's repository."
+        ),
     )
     parser.add_argument("--suite", help="the suite to run (see --list)")
     parser.add_argument("--out", type=Path, help="output folder (default: benchmarks/results/<suite>)")
