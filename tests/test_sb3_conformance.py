@@ -293,3 +293,25 @@ def test_readme_snippet_runs_and_prints_its_evaluation(tmp_path):
     result = _run([sys.executable, "-c", snippet.replace("200_000", "20_000")], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1].startswith("evaluation: ")
+
+
+def test_base_algorithm_methods(tmp_path):
+    """Audit: get_env / set_env (spaces checked), get_vec_normalize_env, set_random_seed, get/set_parameters, load(env=)."""
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0)
+    assert model.get_vec_normalize_env() is None
+    model.set_env(gym.make("CartPole-v1"))
+    assert model.get_env().num_envs == model.n_envs == 2
+    with pytest.raises(ValueError, match="Observation spaces do not match"):
+        model.set_env(gym.make("Pendulum-v1"))
+    obs = np.zeros((8, 4), dtype=np.float32)
+    model.set_random_seed(3)
+    first = model.predict(obs, deterministic=False)[0]
+    model.set_random_seed(3)
+    assert np.array_equal(model.predict(obs, deterministic=False)[0], first)
+    other = A3C("MlpPolicy", "CartPole-v1", n_workers=1, seed=1)
+    other.set_parameters(model.get_parameters())
+    assert np.array_equal(other.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
+    model.save(tmp_path / "m")
+    loaded = A3C.load(tmp_path / "m", env=gym.make("CartPole-v1"), n_workers=1)
+    assert loaded.n_workers == 1 and loaded.get_env().num_envs == 1
+    assert np.array_equal(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])

@@ -222,6 +222,8 @@ class AsyncAlgorithm(BaseAlgorithm):
 
     def _use_worker_view(self) -> None:
         self.n_envs = self.n_envs_total
+        if isinstance(self.env, WorkerEnvsView) and self.env.num_envs != self.n_envs_total:  # load(..., n_workers=k)
+            self.env = self.env.template
         if self.env is not None and not isinstance(self.env, WorkerEnvsView):
             self.env = WorkerEnvsView(self.env, self.n_envs_total)
 
