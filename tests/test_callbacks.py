@@ -124,8 +124,14 @@ def test_workers_keep_training_while_a_callback_is_busy():
             import time
 
             if self.deadline is None:
+                # A long callback (e.g. an evaluation) that reads nothing: the workers must not wait on the main
+                # process meanwhile (image observations would fill the pipes within ~0.1 s). Wait until they have
+                # taken 1000 more steps, however loaded the machine; a blocked worker never gets there.
                 self.start_steps = self.num_timesteps
-                time.sleep(3.0)  # e.g. a long evaluation: image observations would fill the pipes within ~0.1 s
+                first = self.model._runtime.steps()
+                give_up = time.monotonic() + 60
+                while self.model._runtime.steps() - first < 1000 and time.monotonic() < give_up:
+                    time.sleep(0.05)
                 self.deadline = time.monotonic() + 0.5
                 return True
             if time.monotonic() > self.deadline:

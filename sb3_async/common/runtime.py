@@ -78,6 +78,11 @@ class WorkerError(RuntimeError):
             )
         else:
             message += " without a traceback (it did not raise: it was killed or crashed)."
+            if exitcode == 1:
+                message += (
+                    " If it died while starting, see the error printed above: with the 'forkserver' and 'spawn' start"
+                    " methods, workers import the main script first."
+                )
         super().__init__(message)
 
 
