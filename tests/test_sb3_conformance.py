@@ -245,7 +245,8 @@ def test_installed_wheel_finds_its_zoo_configs(tmp_path):
     wheel_dir, target = tmp_path / "dist", tmp_path / "site"
     # Build with this environment's setuptools when it has one (no download); else pip's isolated build.
     isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
-    build = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-w", str(wheel_dir), str(REPO)], cwd=tmp_path)
+    wheel_command = [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-w", str(wheel_dir), str(REPO)]
+    build = _run(wheel_command, cwd=tmp_path)
     assert build.returncode == 0, build.stderr
     (wheel,) = wheel_dir.glob("sb3_async-*.whl")
     install = _run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), str(wheel)], cwd=tmp_path)
