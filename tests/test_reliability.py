@@ -103,7 +103,7 @@ def test_dead_worker_is_reported_quickly(how, expected):
     start = time.monotonic()
     with pytest.raises(WorkerError, match=expected) as info:
         model.learn(1_000_000)
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 60  # never a hang; generous, as start-up alone takes seconds on a loaded machine
     assert "Worker" in str(info.value) and info.value.name.startswith("a3c-")
     if how == "raise":
         assert info.value.exitcode == 1 and "Traceback" in str(info.value)

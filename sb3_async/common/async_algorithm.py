@@ -391,9 +391,9 @@ class AsyncAlgorithm(BaseAlgorithm):
                 break
             if finished:
                 break
-        # Episodes that ended in the workers' last segments still count in the statistics, as do their steps.
+        # Episodes that ended in the workers' last segments (after the last callback) still count in the rollout
+        # statistics, and their steps in num_timesteps; _episode_num stays the count the callbacks saw.
         self._update_info_buffer([entry for _, entry in pending])
-        self._episode_num += len(pending)
         self.num_timesteps = max(self.num_timesteps, start + runtime.steps())
 
     def _callback_step_due(self, target: int, finished: bool, total_timesteps: int) -> bool:
