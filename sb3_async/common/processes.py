@@ -1,0 +1,68 @@
+"""Torch-free process pieces shared by every process sb3_async starts: the start methods, the parent-death watch and
+the error that names a failed worker.
+
+They live apart from :mod:`sb3_async.common.runtime` (which imports torch) so that env workers
+(:class:`sb3_async.AsyncEnvPool`) can use them without importing torch.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import threading
+import time
+
+__all__ = ["START_METHODS", "WorkerError", "_watch_parent"]
+
+START_METHODS = ("forkserver", "spawn", "fork")
+
+
+class WorkerError(RuntimeError):
+    """A worker raised an exception or died. The message names the worker and carries its traceback."""
+
+    def __init__(self, rank: int, name: str, exitcode: int | None, worker_traceback: str | None):
+        self.rank, self.name, self.exitcode, self.worker_traceback = rank, name, exitcode, worker_traceback
+        if exitcode is not None and exitcode < 0:
+            try:
+                how = f"was killed by {signal.Signals(-exitcode).name} (exit code {exitcode})"
+            except ValueError:
+                how = f"died with exit code {exitcode}"
+        else:
+            how = f"failed with exit code {exitcode}"
+        message = f"Worker {rank} ({name}) {how}"
+        if worker_traceback:
+            message += f". Its traceback:\n{worker_traceback}"
+        else:
+            message += " without a traceback (it did not raise: it was killed or crashed)."
+            if exitcode == 1:
+                message += (
+                    " If it died while starting, see the error printed above: with the 'forkserver' and 'spawn' start"
+                    " methods, workers re-import the main script, which must guard its code with"
+                    ' `if __name__ == "__main__":`.'
+                )
+        super().__init__(message)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Exit this worker as soon as the main process is gone (normal exit, crash or SIGKILL)."""
+    try:
+        fd = os.pidfd_open(parent_pid)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):
+        fd = None
+
+    def run() -> None:
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while True:
+                time.sleep(0.5)
+                try:
+                    os.kill(parent_pid, 0)
+                except ProcessLookupError:
+                    break
+        os._exit(1)
+
+    threading.Thread(target=run, name="sb3_async-parent-watch", daemon=True).start()
