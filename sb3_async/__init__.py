@@ -33,11 +33,16 @@ _LAZY = {
 }
 
 
+_SUBMODULES = ("a3c", "async_q", "benchmark", "common", "enjoy", "record_video", "train", "zoo")
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    if name in _SUBMODULES:  # `import sb3_async; sb3_async.a3c` worked when this module imported everything
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -1,0 +1,222 @@
+"""Env steps per second of AsyncEnvPool against SB3's SubprocVecEnv and DummyVecEnv and gymnasium's AsyncVectorEnv.
+
+Eight envs on CartPole-v1, HalfCheetah-v5 and PongNoFrameskip-v4 with random actions, stepped synchronously; and eight
+CartPole envs that sleep a random 0-5 ms per step (uneven step times), where ``recv(min_ready=n_envs // 2)`` acts on
+the ready half. Every measurement runs in a fresh process; the configurations are interleaved, round after round, and
+the report gives medians over the rounds and ratios taken within this one run (absolute figures on a shared machine are
+noise, ratios much less so).
+
+Usage: ``python scripts/env_pool_speed.py [--rounds 3] [--seconds 3] [--out benchmarks/results/env_pool]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+# Imported here, so the forkserver (which imports this script first) shares them with every worker of every engine.
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+from sb3_async import AsyncEnvPool
+
+N_ENVS = 8
+TASKS = {"CartPole-v1": "CartPole-v1", "HalfCheetah-v5": "HalfCheetah-v5", "Pong": "PongNoFrameskip-v4"}
+ENGINES = ["AsyncEnvPool", "AsyncEnvPool(n_workers=0)", "SubprocVecEnv", "DummyVecEnv", "gym AsyncVectorEnv"]
+BASELINES = ["SubprocVecEnv", "DummyVecEnv", "gym AsyncVectorEnv"]
+SLEEP_TASK = "CartPole-v1 + sleep 0-5 ms"
+SLEEP_ENGINES = [
+    "AsyncEnvPool(n_workers=8) step",
+    "AsyncEnvPool(n_workers=8) recv(min_ready=4)",
+    "AsyncEnvPool(n_workers=8) recv(min_ready=1)",
+    "AsyncEnvPool step",
+    "AsyncEnvPool recv(min_ready=4)",
+    "SubprocVecEnv",
+]
+
+
+class SleepyEnv(gym.Wrapper):
+    """Sleeps a random 0-5 ms per step: step times that vary between envs (the issue's uneven-step-time case)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.rng = np.random.default_rng()
+
+    def step(self, action: Any) -> Any:
+        time.sleep(self.rng.uniform(0.0, 0.005))
+        return self.env.step(action)
+
+
+def make_env(env_id: str) -> gym.Env:
+    if env_id.startswith("Pong"):
+        import ale_py
+
+        gym.register_envs(ale_py)  # in the worker: a forkserver's or spawn's worker starts without the registration
+    return gym.make(env_id)
+
+
+def make_factories(task: str) -> list:
+    if task == SLEEP_TASK:
+        return [lambda: SleepyEnv(gym.make("CartPole-v1"))] * N_ENVS
+    env_id = TASKS[task]
+    return [lambda: make_env(env_id)] * N_ENVS
+
+
+def measure(task: str, engine: str, seconds: float) -> float:
+    """Env steps per second of ``engine`` on ``task``, after a warm-up."""
+    factories = make_factories(task)
+    space = factories[0]().action_space
+    rng = np.random.default_rng(0)
+    space.seed(0)
+    batches = [np.stack([space.sample() for _ in range(N_ENVS)]) for _ in range(64)]
+    if "recv" in engine:
+        pool = AsyncEnvPool(factories, n_workers=8 if "n_workers=8" in engine else None)
+        pool.reset(seed=0)
+        pool.send({i: batches[0][i] for i in range(N_ENVS)})
+        steps, start, k = 0, 0.0, 0
+        min_ready = 1 if "min_ready=1" in engine else N_ENVS // 2
+        while True:
+            obs, *_ = pool.recv(min_ready=min_ready)
+            k += 1
+            if k == 50:
+                steps, start = 0, time.perf_counter()
+            steps += len(obs)
+            batch = batches[k % 64]
+            pool.send({i: batch[i] for i in obs})
+            if start and time.perf_counter() - start > seconds:
+                break
+        elapsed = time.perf_counter() - start
+        pool.close()
+        return steps / elapsed
+    if engine.startswith("AsyncEnvPool"):
+        n_workers = 0 if "n_workers=0" in engine else 8 if "n_workers=8" in engine else None
+        venv: Any = AsyncEnvPool(factories, n_workers=n_workers).as_vec_env()
+    elif engine == "SubprocVecEnv":
+        venv = SubprocVecEnv(factories)
+    elif engine == "DummyVecEnv":
+        venv = DummyVecEnv(factories)
+    elif engine == "gym AsyncVectorEnv":
+        venv = gym.vector.AsyncVectorEnv(factories, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    else:
+        raise ValueError(f"Unknown engine {engine!r}")
+    if isinstance(venv, gym.vector.VectorEnv):
+        venv.reset(seed=0)
+    else:
+        venv.seed(0)
+        venv.reset()
+    del rng
+    for k in range(50):
+        venv.step(batches[k % 64])
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for k in range(10):
+            venv.step(batches[k])
+        steps += 10 * N_ENVS
+    elapsed = time.perf_counter() - start
+    venv.close()
+    return steps / elapsed
+
+
+def ideal_ratio(min_ready: int, n_envs: int = N_ENVS, horizon_ms: float = 200_000.0) -> float:
+    """Env steps per second of ``recv(min_ready)`` over synchronous stepping with no overhead at all, for step times
+    uniform in 0-5 ms: a simulation (each recv waits for the ``min_ready``-th finished env and takes every finished one)."""
+
+    def rate(k: int) -> float:
+        rng = np.random.default_rng(0)
+        now, steps, finish = 0.0, 0, rng.uniform(0.0, 5.0, n_envs)
+        while now < horizon_ms:
+            now = max(now, float(np.sort(finish)[k - 1]))
+            ready = finish <= now
+            steps += int(ready.sum())
+            finish[ready] = now + rng.uniform(0.0, 5.0, int(ready.sum()))
+        return steps / now
+
+    return rate(min_ready) / rate(n_envs)
+
+
+def run_rounds(rounds: int, seconds: float) -> dict[str, dict[str, list[float]]]:
+    configs = [(task, engine) for task in TASKS for engine in ENGINES] + [(SLEEP_TASK, engine) for engine in SLEEP_ENGINES]
+    results: dict[str, dict[str, list[float]]] = {}
+    for round_ in range(rounds):
+        order = configs if round_ % 2 == 0 else configs[::-1]  # interleaved, and alternating which goes first
+        for task, engine in order:
+            command = [sys.executable, __file__, "--one", task, engine, "--seconds", str(seconds)]
+            out = subprocess.run(command, capture_output=True, text=True, timeout=600)
+            if out.returncode != 0:
+                raise RuntimeError(f"{task} / {engine} failed:\n{out.stderr}")
+            value = float(out.stdout.strip().splitlines()[-1])
+            results.setdefault(task, {}).setdefault(engine, []).append(value)
+            print(f"round {round_ + 1}/{rounds}  {task:28s} {engine:45s} {value:10.0f} steps/s", flush=True)
+    return results
+
+
+def report(results: dict[str, dict[str, list[float]]], args: argparse.Namespace) -> str:
+    lines = [
+        "# AsyncEnvPool speed (scripts/env_pool_speed.py)",
+        "",
+        f"{N_ENVS} envs, random actions; env steps per second, median of {args.rounds} rounds, each in a fresh process,"
+        " configurations interleaved. **The machine was shared** (2 cores, other jobs running): read the ratios, taken"
+        f" within one run, rather than the absolute figures. {platform.processor() or platform.machine()},"
+        f" {os.cpu_count()} cores, Python {platform.python_version()}.",
+        "",
+        "## Synchronous stepping (`VecEnv.step`)",
+        "",
+        "| task | " + " | ".join(ENGINES) + " | AsyncEnvPool / fastest baseline | best AsyncEnvPool / fastest baseline |",
+        "|---" * (len(ENGINES) + 3) + "|",
+    ]
+    for task in TASKS:
+        medians = {engine: statistics.median(results[task][engine]) for engine in ENGINES}
+        fastest = max(medians[engine] for engine in BASELINES)
+        best = max(medians["AsyncEnvPool"], medians["AsyncEnvPool(n_workers=0)"])
+        cells = " | ".join(f"{medians[engine]:,.0f}" for engine in ENGINES)
+        lines.append(f"| {task} | {cells} | {medians['AsyncEnvPool'] / fastest:.2f} | {best / fastest:.2f} |")
+    medians = {engine: statistics.median(results[SLEEP_TASK][engine]) for engine in SLEEP_ENGINES}
+    lines += [
+        "",
+        f"## Uneven step times ({SLEEP_TASK})",
+        "",
+        "| engine | env steps/s | / the same pool's synchronous step | ceiling with no overhead (simulated) |",
+        "|---|---|---|---|",
+    ]
+    for engine in SLEEP_ENGINES:
+        sync = "AsyncEnvPool(n_workers=8) step" if "n_workers=8" in engine else "AsyncEnvPool step"
+        ratio = f"{medians[engine] / medians[sync]:.2f}" if engine.startswith("AsyncEnvPool") else ""
+        ceiling = ""
+        if "n_workers=8) recv" in engine:
+            ceiling = f"{ideal_ratio(1 if 'min_ready=1' in engine else N_ENVS // 2):.2f}"
+        lines.append(f"| {engine} | {medians[engine]:,.0f} | {ratio} | {ceiling} |")
+    lines += ["", f"Command: `python scripts/env_pool_speed.py --rounds {args.rounds} --seconds {args.seconds}`", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per configuration and round")
+    parser.add_argument("--out", default="benchmarks/results/env_pool")
+    parser.add_argument("--one", nargs=2, metavar=("TASK", "ENGINE"), help="measure one configuration (internal)")
+    args = parser.parse_args()
+    if args.one:
+        print(measure(args.one[0], args.one[1], args.seconds))
+        return
+    results = run_rounds(args.rounds, args.seconds)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w") as file:
+        json.dump({"n_envs": N_ENVS, "rounds": args.rounds, "seconds": args.seconds, "steps_per_s": results}, file, indent=1)
+    text = report(results, args)
+    with open(os.path.join(args.out, "README.md"), "w") as file:
+        file.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
