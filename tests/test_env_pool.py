@@ -335,18 +335,22 @@ def test_a_killed_worker_is_reported_within_a_second():
         assert "env 1" in str(info.value)
 
 
-def test_restart_respawns_a_killed_worker():
+@pytest.mark.parametrize("victim", [0, 1])
+def test_restart_respawns_a_killed_worker(victim):
+    other = 1 - victim
     with AsyncEnvPool(failing(10**6), n_envs=2, n_workers=2, on_error="restart") as pool:
         pool.reset(seed=0)
-        pool.step({0: 0, 1: 0})
-        old_pid = pool.call("pid", ids=[1])[0]
+        before, *_ = pool.step({0: 0, 1: 0})
+        old_pid = pool.call("pid", ids=[victim])[0]
         os.kill(old_pid, signal.SIGKILL)
         obs, _, terminations, truncations, infos = pool.step({0: 0, 1: 0})
-        assert truncations[1] and not terminations[1] and "SIGKILL" in infos[1]["error"]
-        assert not truncations[0]
-        assert pool.call("pid", ids=[1])[0] != old_pid
+        assert truncations[victim] and not terminations[victim] and "SIGKILL" in infos[victim]["error"]
+        np.testing.assert_array_equal(infos[victim]["final_obs"], before[victim])
+        assert not truncations[other]
+        assert pool.call("pid", ids=[victim])[0] != old_pid
         obs, _, _, truncations, infos = pool.step({0: 0, 1: 0})
-        assert not truncations[1] and "error" not in infos[1]
+        assert not truncations[victim] and "error" not in infos[victim]
+        assert obs[victim].shape == (4,) and pool.reset(seed=1)[0][victim].shape == (4,)
 
 
 def test_bad_input_gives_clear_errors():

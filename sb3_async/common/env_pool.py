@@ -38,7 +38,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from sb3_async.common.processes import START_METHODS, WorkerError, _watch_parent
+from sb3_async.common.processes import START_METHODS, WorkerError, _report_and_exit, _stop_processes, _watch_parent
 
 if TYPE_CHECKING:
     from sb3_async.common.pool_vec_env import PoolVecEnv
@@ -298,11 +298,7 @@ def _worker_main(
     except (EOFError, OSError, KeyboardInterrupt):
         pass  # the main process is gone or closed the pipe: nothing to report to
     except BaseException:
-        try:
-            conn.send(("fatal", traceback.format_exc()))
-        finally:
-            conn.close()
-            os._exit(1)
+        _report_and_exit(conn, "fatal")
     conn.close()
 
 
@@ -352,21 +348,13 @@ def _shutdown(procs: list[Any], conns: list[Connection], pending: list[deque], o
         except (OSError, ValueError):
             proc.terminate()
     procs = [proc for proc in procs if proc is not None]
-    conns = [conn for conn in conns if conn is not None]
-    deadline = time.monotonic() + timeout
+    _stop_processes(procs, timeout)
     for proc in procs:
-        proc.join(timeout=max(0.0, deadline - time.monotonic()))
-    for proc in procs:
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(timeout=1.0)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(timeout=1.0)
         if not proc.is_alive():
             proc.close()
     for conn in conns:
-        conn.close()
+        if conn is not None:
+            conn.close()
     for shared in obs:
         shared.close()
 
@@ -488,7 +476,7 @@ class AsyncEnvPool:
 
     def _check_spaces(self, data: list[tuple[int, spaces.Space, spaces.Space]]) -> SharedObs:
         for i, obs_space, act_space in data:
-            if i == 0:
+            if i == 0 and not self._obs_list:  # the first env at start: a respawned worker 0 maps the same slots
                 self._observation_space, self._action_space = obs_space, act_space
                 self._obs = SharedObs(obs_space, self.n_envs)
                 self._obs_list.append(self._obs)
@@ -709,9 +697,9 @@ class AsyncEnvPool:
                 results, errors = self._local.step(work)
                 self._ready.extend((self._seq, result) for result in results)
                 self._errors.update(errors)
-            else:
-                self._conns[w].send(("step", work))
+            elif self._post(w, ("step", work)):
                 self._pending[w].append(("step", self._seq))
+            # else: respawned, and the respawn reports these envs' steps truncated
 
     def recv(
         self, min_ready: int = 1, timeout: float | None = None
@@ -814,19 +802,38 @@ class AsyncEnvPool:
         for w in by_worker:
             if w in self._dead:
                 raise self._dead[w]
-            while self._pending[w]:  # the steps it had in flight first, so a respawn cannot swallow the command
-                self._read_step(w)
         for w, data in by_worker.items():
-            self._conns[w].send((command, data))
+            self._post_sync(w, (command, data))
         replies = []
         for w in by_worker:
             try:
-                kind, data = self._receive(w, timeout=None)
-            except _Respawned:
-                self._conns[w].send((command, by_worker[w]))
-                kind, data = self._receive(w, timeout=None)
-            replies.append(data)
+                _, reply = self._receive(w, timeout=None)
+            except _Respawned:  # died before answering: ask its replacement
+                self._post_sync(w, (command, by_worker[w]))
+                _, reply = self._receive(w, timeout=None)
+            replies.append(reply)
         return replies
+
+    def _post_sync(self, w: int, message: tuple[str, Any]) -> None:
+        """Send a command whose reply is read next: the steps the worker had in flight are read first."""
+        for _ in range(2):  # a second try goes to a respawned worker
+            while self._pending[w]:
+                self._read_step(w)
+            if self._post(w, message):
+                return
+        raise WorkerError(w, self._worker_name(w), self._procs[w].exitcode, None)
+
+    def _post(self, w: int, message: tuple[str, Any]) -> bool:
+        """Send ``message`` to worker ``w``; False if it had died and was respawned (``on_error="restart"``)."""
+        try:
+            self._conns[w].send(message)
+            return True
+        except OSError:  # a broken pipe: the worker died
+            try:
+                self._worker_died(w, None)
+            except _Respawned:
+                return False
+            raise
 
     def _call(self, what: str, name: str, ids: Iterable[int] | None, *args: Any, **kwargs: Any) -> list[Any]:
         self._check_open()

@@ -12,8 +12,12 @@ import select
 import signal
 import threading
 import time
+import traceback
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any, NoReturn
 
-__all__ = ["START_METHODS", "WorkerError", "_watch_parent"]
+__all__ = ["START_METHODS", "WorkerError", "_report_and_exit", "_stop_processes", "_watch_parent"]
 
 START_METHODS = ("forkserver", "spawn", "fork")
 
@@ -66,3 +70,26 @@ def _watch_parent(parent_pid: int) -> None:
         os._exit(1)
 
     threading.Thread(target=run, name="sb3_async-parent-watch", daemon=True).start()
+
+
+def _report_and_exit(conn: Connection, kind: str) -> NoReturn:
+    """Send the exception being handled to the main process as ``(kind, its traceback)``, then end this worker."""
+    try:
+        conn.send((kind, traceback.format_exc()))
+    finally:
+        conn.close()
+        os._exit(1)
+
+
+def _stop_processes(procs: Sequence[Any], timeout: float) -> None:
+    """Wait up to ``timeout`` seconds in all for ``procs`` to exit, then SIGTERM, then SIGKILL those still alive."""
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(timeout=1.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=1.0)

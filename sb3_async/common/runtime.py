@@ -29,7 +29,6 @@ import queue
 import signal
 import threading
 import time
-import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from sb3_async.common.processes import START_METHODS, WorkerError, _watch_parent
+from sb3_async.common.processes import START_METHODS, WorkerError, _report_and_exit, _stop_processes, _watch_parent
 
 BACKENDS = ("mp",)
 
@@ -154,11 +153,7 @@ def _worker_main(
         fn(ctx, payload)
         conn.send(("done", None))
     except BaseException:
-        try:
-            conn.send(("error", traceback.format_exc()))
-        finally:
-            conn.close()
-            os._exit(1)
+        _report_and_exit(conn, "error")
     conn.close()
 
 
@@ -363,16 +358,8 @@ class MultiprocessingRuntime(Runtime):
             return
         self._closed = True
         self.request_stop()
-        deadline = time.monotonic() + timeout
-        for proc in self._procs:  # the reader thread keeps draining, so a worker blocked on send() can finish
-            proc.join(timeout=max(0.0, deadline - time.monotonic()))
-        for proc in self._procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(timeout=1.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=1.0)
+        # The reader thread keeps draining meanwhile, so a worker blocked on send() can finish.
+        _stop_processes(self._procs, timeout)
         self._reading.clear()
         if self._reader is not None:
             self._reader.join(timeout=1.0)
