@@ -55,6 +55,24 @@ class FailingEnv(gym.Wrapper):
         return os.getpid()
 
 
+class ResetFailingEnv(gym.Wrapper):
+    """Raises in its second ``reset``."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.resets = 0
+
+    def reset(self, **kwargs):
+        self.resets += 1
+        if self.resets == 2:
+            raise RuntimeError("boom in reset")
+        return self.env.reset(**kwargs)
+
+
+def broken_factory():
+    raise RuntimeError("no env here")
+
+
 def cartpole(max_episode_steps: int | None = None):
     return lambda: gym.make("CartPole-v1", max_episode_steps=max_episode_steps)
 
@@ -309,6 +327,21 @@ def test_an_env_error_names_the_env_and_spares_the_others():
         assert sorted(obs) == [0, 2]
         obs, *_ = pool.step({0: 1, 2: 1})
         assert sorted(obs) == [0, 2]
+
+
+def test_reset_errors_and_factory_errors_are_reported():
+    with AsyncEnvPool([cartpole(), lambda: ResetFailingEnv(gym.make("CartPole-v1"))], n_workers=2) as pool:
+        pool.reset(seed=0)
+        with pytest.raises(EnvError, match="(?s)Env 1 of the AsyncEnvPool raised in reset.*boom in reset"):
+            pool.reset(seed=0)
+        obs, _ = pool.reset(seed=0)  # its third reset works again
+        assert sorted(obs) == [0, 1]
+    with AsyncEnvPool(lambda: ResetFailingEnv(gym.make("CartPole-v1")), n_envs=1, on_error="restart") as pool:
+        pool.reset(seed=0)
+        obs, _ = pool.reset(seed=0)  # rebuilt and retried once
+        assert list(obs) == [0]
+    with pytest.raises(WorkerError, match="(?s)env pool worker of env 1.*no env here"):
+        AsyncEnvPool([cartpole(), broken_factory], n_workers=2)
 
 
 def test_restart_rebuilds_the_env_and_reports_a_truncation():

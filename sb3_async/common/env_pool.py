@@ -127,11 +127,15 @@ class SharedObs:
 
     def read(self, indices: int | Sequence[int] | slice) -> Any:
         """A copy of the observations at ``indices`` (the slots are rewritten by the next step)."""
+        if isinstance(indices, (int, slice)):  # views: copy them
+            arrays = {key: array[indices].copy() for key, array in self.arrays.items()}
+        else:  # fancy indexing copies already
+            arrays = {key: array[indices] for key, array in self.arrays.items()}
         if isinstance(self.space, spaces.Dict):
-            return {key: array[indices].copy() for key, array in self.arrays.items()}
+            return arrays
         if isinstance(self.space, spaces.Tuple):
-            return tuple(array[indices].copy() for array in self.arrays.values())
-        return self.arrays[None][indices].copy()
+            return tuple(arrays.values())
+        return arrays[None]
 
     def close(self) -> None:
         if self.fd >= 0:
