@@ -470,3 +470,9 @@ def test_parent_death_or_ctrl_c_leaves_no_process(how):
     if how == "Ctrl-C":
         assert "KeyboardInterrupt" in result.stderr
     assert wait_gone(pids, 2.0)
+
+
+def test_pettingzoo_parallel_api_test_passes_with_autoreset_off():
+    test = pytest.importorskip("pettingzoo.test", reason="pettingzoo is optional: not a dependency")
+    with AsyncEnvPool("CartPole-v1", n_envs=3, autoreset=False) as pool:
+        test.parallel_api_test(pool, num_cycles=200)
