@@ -14,11 +14,14 @@ import numpy as np
 import pytest
 from gymnasium.wrappers import RecordEpisodeStatistics
 from stable_baselines3 import PPO, TD3
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import SubprocVecEnv, VecFrameStack, VecMonitor, VecNormalize
 
 import sb3_async
 from sb3_async import AsyncEnvPool, WorkerError
 from sb3_async.common.env_pool import EnvError
+from sb3_async.common.pool_vec_env import PoolVecEnv
 
 # The helpers below travel to the workers by value, so the workers never import this module (nor torch through it).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -302,6 +305,17 @@ def test_vec_env_methods_and_wrappers():
         assert obs.shape == (3, 8) and rewards.shape == dones.shape == (3,)
     finally:
         venv.close()
+
+
+def test_pool_vec_env_as_make_vec_env_class():
+    venv = make_vec_env("CartPole-v1", n_envs=2, seed=3, vec_env_cls=PoolVecEnv, vec_env_kwargs={"n_workers": 0})
+    reference = make_vec_env("CartPole-v1", n_envs=2, seed=3)
+    try:
+        assert venv.env_is_wrapped(Monitor) == [True, True]
+        np.testing.assert_array_equal(venv.reset(), reference.reset())
+    finally:
+        venv.close()
+        reference.close()
 
 
 def test_stock_ppo_and_td3_train_on_the_pool():

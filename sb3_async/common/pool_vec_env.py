@@ -6,7 +6,7 @@ Kept apart from the pool because it imports stable_baselines3 (and so torch), wh
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -22,12 +22,19 @@ class PoolVecEnv(VecEnv):
     for the same env factories and seeds (``terminal_observation`` and ``TimeLimit.truncated`` in the infos, the reset
     infos in ``reset_infos``), stepped by the pool's workers.
 
-    :param pool: the pool (``autoreset=True``); closing this VecEnv closes it
+    Also usable as SB3's ``vec_env_cls``: ``make_vec_env("CartPole-v1", n_envs=8, vec_env_cls=PoolVecEnv)``.
+
+    :param pool: the pool (``autoreset=True``), or env factories to build one from; closing this VecEnv closes it
+    :param pool_kwargs: for :class:`AsyncEnvPool` when ``pool`` is a list of factories (as ``vec_env_kwargs``)
     """
 
-    def __init__(self, pool: AsyncEnvPool):
+    def __init__(self, pool: AsyncEnvPool | list[Callable[[], gym.Env]], **pool_kwargs: Any):
+        if isinstance(pool, list):
+            pool = AsyncEnvPool(pool, **pool_kwargs)
+        elif pool_kwargs:
+            raise ValueError(f"pool_kwargs {sorted(pool_kwargs)} apply to a list of env factories, not to a built pool")
         if not isinstance(pool, AsyncEnvPool):
-            raise TypeError(f"pool must be an AsyncEnvPool, got {type(pool).__name__}")
+            raise TypeError(f"pool must be an AsyncEnvPool or a list of env factories, got {type(pool).__name__}")
         if not pool.autoreset:
             raise ValueError("as_vec_env() needs an AsyncEnvPool with autoreset=True (SB3's VecEnv semantics)")
         self.pool = pool
