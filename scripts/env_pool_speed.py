@@ -143,6 +143,123 @@ def ideal_ratio(min_ready: int, n_envs: int = N_ENVS, horizon_ms: float = 200_00
     return rate(min_ready) / rate(n_envs)
 
 
+class Stepper:
+    """One engine kept open for bursts of stepping (the paired mode): ``burst(seconds)`` gives env steps per second."""
+
+    def __init__(self, task: str, engine: str):
+        factories = make_factories(task)
+        space = factories[0]().action_space
+        space.seed(0)
+        self.batches = [np.stack([space.sample() for _ in range(N_ENVS)]) for _ in range(64)]
+        self.engine, self.k = engine, 0
+        self.min_ready = (1 if "min_ready=1" in engine else N_ENVS // 2) if "recv" in engine else 0
+        if self.min_ready:
+            self.pool = AsyncEnvPool(factories, n_workers=8 if "n_workers=8" in engine else None)
+            self.pool.reset(seed=0)
+        elif engine.startswith("AsyncEnvPool"):
+            n_workers = 0 if "n_workers=0" in engine else 8 if "n_workers=8" in engine else None
+            self.venv: Any = AsyncEnvPool(factories, n_workers=n_workers).as_vec_env()
+        elif engine == "SubprocVecEnv":
+            self.venv = SubprocVecEnv(factories)
+        elif engine == "DummyVecEnv":
+            self.venv = DummyVecEnv(factories)
+        else:
+            self.venv = gym.vector.AsyncVectorEnv(factories, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        if not self.min_ready:
+            self.venv.reset(seed=0) if isinstance(self.venv, gym.vector.VectorEnv) else self.venv.reset()
+        self.burst(0.2)  # warm-up
+
+    def burst(self, seconds: float) -> float:
+        steps, start = 0, time.perf_counter()
+        if self.min_ready:  # every env starts the burst with a step to take, and the burst ends with none in flight
+            self.pool.send({i: self.batches[0][i] for i in range(N_ENVS)})
+            while True:
+                obs, *_ = self.pool.recv(min_ready=self.min_ready)
+                steps += len(obs)
+                elapsed = time.perf_counter() - start
+                if elapsed > seconds:
+                    break
+                self.k += 1
+                batch = self.batches[self.k % 64]
+                self.pool.send({i: batch[i] for i in obs})
+            left = N_ENVS - len(obs)
+            while left:  # off the clock
+                left -= len(self.pool.recv(min_ready=left)[0])
+            return steps / elapsed
+        while True:
+            self.k += 1
+            self.venv.step(self.batches[self.k % 64])
+            steps += N_ENVS
+            elapsed = time.perf_counter() - start
+            if elapsed > seconds:
+                return steps / elapsed
+
+    def close(self) -> None:
+        (self.pool if self.min_ready else self.venv).close()
+
+
+def paired(task: str, engines: list[str], rounds: int, seconds: float) -> dict[str, list[float]]:
+    """Every engine of ``task`` open at once in this process, stepped in short bursts, engine after engine, round
+    after round (a new order each round): load that drifts on a shared machine hits all of them alike."""
+    steppers = {engine: Stepper(task, engine) for engine in engines}
+    rates: dict[str, list[float]] = {engine: [] for engine in engines}
+    order = list(engines)
+    rng = np.random.default_rng(0)
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for engine in order:
+            rates[engine].append(steppers[engine].burst(seconds))
+    for stepper in steppers.values():
+        stepper.close()
+    return rates
+
+
+def paired_report(rates: dict[str, dict[str, list[float]]], args: argparse.Namespace) -> str:
+    """Medians of the per-round ratios (each ratio from bursts of the same round, seconds apart)."""
+
+    def ratio(task: str, engine: str, reference: str | list[str]) -> float:
+        refs = [reference] if isinstance(reference, str) else reference
+        per_round = [value / max(rates[task][ref][k] for ref in refs) for k, value in enumerate(rates[task][engine])]
+        return statistics.median(per_round)
+
+    lines = [
+        "# AsyncEnvPool speed, paired bursts (scripts/env_pool_speed.py --paired)",
+        "",
+        f"{N_ENVS} envs, random actions. Per task, one fresh process holds every engine open and steps them in bursts of"
+        f" {args.seconds} s, engine after engine in a new random order each of {args.rounds} rounds; a ratio is taken"
+        " between bursts of the same round (seconds apart) and the table gives the median over rounds. **The machine"
+        " was shared** (2 cores, other agents' jobs running, load average 10-15): absolute steps/s (medians) are shown"
+        f" for scale only. {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.",
+        "",
+        "## Synchronous stepping (`VecEnv.step`): env steps/s and ratio to the fastest of the three baselines",
+        "",
+        "| task | " + " | ".join(ENGINES) + " | AsyncEnvPool / fastest baseline | n_workers=0 / fastest baseline |",
+        "|---" * (len(ENGINES) + 3) + "|",
+    ]
+    for task in TASKS:
+        cells = " | ".join(f"{statistics.median(rates[task][engine]):,.0f}" for engine in ENGINES)
+        lines.append(
+            f"| {task} | {cells} | {ratio(task, 'AsyncEnvPool', BASELINES):.2f} |"
+            f" {ratio(task, 'AsyncEnvPool(n_workers=0)', BASELINES):.2f} |"
+        )
+    lines += [
+        "",
+        f"## Uneven step times ({SLEEP_TASK})",
+        "",
+        "| engine | env steps/s | / the same pool's synchronous step | ceiling with no overhead (simulated) |",
+        "|---|---|---|---|",
+    ]
+    for engine in SLEEP_ENGINES:
+        sync = "AsyncEnvPool(n_workers=8) step" if "n_workers=8" in engine else "AsyncEnvPool step"
+        shown = f"{ratio(SLEEP_TASK, engine, sync):.2f}" if engine.startswith("AsyncEnvPool") else ""
+        ceiling = ""
+        if "n_workers=8) recv" in engine:
+            ceiling = f"{ideal_ratio(1 if 'min_ready=1' in engine else N_ENVS // 2):.2f}"
+        lines.append(f"| {engine} | {statistics.median(rates[SLEEP_TASK][engine]):,.0f} | {shown} | {ceiling} |")
+    lines += ["", f"Command: `python scripts/env_pool_speed.py --paired --rounds {args.rounds} --seconds {args.seconds}`", ""]
+    return "\n".join(lines)
+
+
 def run_rounds(rounds: int, seconds: float) -> dict[str, dict[str, list[float]]]:
     configs = [(task, engine) for task in TASKS for engine in ENGINES] + [(SLEEP_TASK, engine) for engine in SLEEP_ENGINES]
     results: dict[str, dict[str, list[float]]] = {}
@@ -204,9 +321,31 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per configuration and round")
     parser.add_argument("--out", default="benchmarks/results/env_pool")
     parser.add_argument("--one", nargs=2, metavar=("TASK", "ENGINE"), help="measure one configuration (internal)")
+    parser.add_argument("--paired", action="store_true", help="paired bursts: all engines of a task in one process")
+    parser.add_argument("--task", help="the paired bursts of one task (internal)")
     args = parser.parse_args()
     if args.one:
         print(measure(args.one[0], args.one[1], args.seconds))
+        return
+    if args.task:
+        print(json.dumps(paired(args.task, SLEEP_ENGINES if args.task == SLEEP_TASK else ENGINES, args.rounds, args.seconds)))
+        return
+    if args.paired:
+        rates = {}
+        for task in [*TASKS, SLEEP_TASK]:
+            command = [sys.executable, __file__, "--task", task, "--rounds", str(args.rounds), "--seconds", str(args.seconds)]
+            out = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+            if out.returncode != 0:
+                raise RuntimeError(f"{task} failed:\n{out.stderr}")
+            rates[task] = json.loads(out.stdout.strip().splitlines()[-1])
+            print(task, {engine: round(statistics.median(values)) for engine, values in rates[task].items()}, flush=True)
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "results.json"), "w") as file:
+            json.dump({"n_envs": N_ENVS, "rounds": args.rounds, "seconds": args.seconds, "steps_per_s": rates}, file, indent=1)
+        text = paired_report(rates, args)
+        with open(os.path.join(args.out, "README.md"), "w") as file:
+            file.write(text)
+        print(text)
         return
     results = run_rounds(args.rounds, args.seconds)
     os.makedirs(args.out, exist_ok=True)

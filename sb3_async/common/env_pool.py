@@ -431,7 +431,7 @@ class AsyncEnvPool:
         self._conns: list[Any] = [None] * self.n_workers
         self._obs_list: list[SharedObs] = []
         self._dead: dict[int, WorkerError] = {}
-        # Commands in flight per worker, answered in order: ("step", seq) or ("sync", None).
+        # Step commands in flight per worker, answered in order: ("step", send sequence number).
         self._pending: list[deque[tuple[str, int]]] = [deque() for _ in range(n_groups)]
         self._in_flight: dict[int, int] = {}  # env id -> send sequence number
         self._ready: list[tuple[int, tuple]] = []  # (seq, (id, reward, terminated, truncated, info)) not yet returned
