@@ -2,11 +2,17 @@
 
 Eight envs on CartPole-v1, HalfCheetah-v5 and PongNoFrameskip-v4 with random actions, stepped synchronously; and eight
 CartPole envs that sleep a random 0-5 ms per step (uneven step times), where ``recv(min_ready=n_envs // 2)`` acts on
-the ready half. Every measurement runs in a fresh process; the configurations are interleaved, round after round, and
-the report gives medians over the rounds and ratios taken within this one run (absolute figures on a shared machine are
-noise, ratios much less so).
+the ready half.
 
-Usage: ``python scripts/env_pool_speed.py [--rounds 3] [--seconds 3] [--out benchmarks/results/env_pool]``
+Two protocols:
+
+* ``--paired`` (the committed figures): per task, one fresh process holds every engine open and steps them in short
+  bursts, in a new random order each round; ratios are taken between bursts of the same round, so load that drifts on
+  a shared machine hits every engine alike;
+* default: every measurement in a fresh process, configurations interleaved round after round, medians over rounds
+  (on a machine whose load swings 5x within minutes, this one is noise).
+
+Usage: ``python scripts/env_pool_speed.py --paired [--rounds 12] [--seconds 0.5] [--out benchmarks/results/env_pool]``
 """
 
 from __future__ import annotations
