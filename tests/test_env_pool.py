@@ -319,13 +319,16 @@ def test_pool_vec_env_as_make_vec_env_class():
 
 
 def test_stock_ppo_and_td3_train_on_the_pool():
-    ppo = PPO("MlpPolicy", AsyncEnvPool("CartPole-v1", n_envs=4).as_vec_env(), n_steps=16, batch_size=32, n_epochs=1)
-    ppo.learn(128)
+    small = {"net_arch": [16]}
+    ppo = PPO("MlpPolicy", AsyncEnvPool("CartPole-v1", n_envs=4).as_vec_env(), n_steps=16, n_epochs=1, policy_kwargs=small)
+    ppo.learn(64)
     ppo.env.close()
-    td3 = TD3("MlpPolicy", AsyncEnvPool("Pendulum-v1", n_envs=2).as_vec_env(), learning_starts=50, train_freq=8)
-    td3.learn(120)
+    td3 = TD3(
+        "MlpPolicy", AsyncEnvPool("Pendulum-v1", n_envs=2).as_vec_env(), learning_starts=40, train_freq=8, policy_kwargs=small
+    )
+    td3.learn(80)
     td3.env.close()
-    assert ppo.num_timesteps >= 128 and td3.num_timesteps >= 120
+    assert ppo.num_timesteps >= 64 and td3.num_timesteps >= 80 and td3._n_updates > 0
 
 
 # ---------------------------------------------------------------------------------------------------- errors
