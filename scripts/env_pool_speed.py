@@ -78,58 +78,12 @@ def make_factories(task: str) -> list:
 
 
 def measure(task: str, engine: str, seconds: float) -> float:
-    """Env steps per second of ``engine`` on ``task``, after a warm-up."""
-    factories = make_factories(task)
-    space = factories[0]().action_space
-    rng = np.random.default_rng(0)
-    space.seed(0)
-    batches = [np.stack([space.sample() for _ in range(N_ENVS)]) for _ in range(64)]
-    if "recv" in engine:
-        pool = AsyncEnvPool(factories, n_workers=8 if "n_workers=8" in engine else None)
-        pool.reset(seed=0)
-        pool.send({i: batches[0][i] for i in range(N_ENVS)})
-        steps, start, k = 0, 0.0, 0
-        min_ready = 1 if "min_ready=1" in engine else N_ENVS // 2
-        while True:
-            obs, *_ = pool.recv(min_ready=min_ready)
-            k += 1
-            if k == 50:
-                steps, start = 0, time.perf_counter()
-            steps += len(obs)
-            batch = batches[k % 64]
-            pool.send({i: batch[i] for i in obs})
-            if start and time.perf_counter() - start > seconds:
-                break
-        elapsed = time.perf_counter() - start
-        pool.close()
-        return steps / elapsed
-    if engine.startswith("AsyncEnvPool"):
-        n_workers = 0 if "n_workers=0" in engine else 8 if "n_workers=8" in engine else None
-        venv: Any = AsyncEnvPool(factories, n_workers=n_workers).as_vec_env()
-    elif engine == "SubprocVecEnv":
-        venv = SubprocVecEnv(factories)
-    elif engine == "DummyVecEnv":
-        venv = DummyVecEnv(factories)
-    elif engine == "gym AsyncVectorEnv":
-        venv = gym.vector.AsyncVectorEnv(factories, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    else:
-        raise ValueError(f"Unknown engine {engine!r}")
-    if isinstance(venv, gym.vector.VectorEnv):
-        venv.reset(seed=0)
-    else:
-        venv.seed(0)
-        venv.reset()
-    del rng
-    for k in range(50):
-        venv.step(batches[k % 64])
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for k in range(10):
-            venv.step(batches[k])
-        steps += 10 * N_ENVS
-    elapsed = time.perf_counter() - start
-    venv.close()
-    return steps / elapsed
+    """Env steps per second of ``engine`` on ``task``, after a warm-up (the fresh-process protocol)."""
+    stepper = Stepper(task, engine)
+    try:
+        return stepper.burst(seconds)
+    finally:
+        stepper.close()
 
 
 def ideal_ratio(min_ready: int, n_envs: int = N_ENVS, horizon_ms: float = 200_000.0) -> float:
@@ -220,22 +174,31 @@ def paired(task: str, engines: list[str], rounds: int, seconds: float) -> dict[s
     return rates
 
 
-def paired_report(rates: dict[str, dict[str, list[float]]], args: argparse.Namespace) -> str:
-    """Medians of the per-round ratios (each ratio from bursts of the same round, seconds apart)."""
+def report(rates: dict[str, dict[str, list[float]]], args: argparse.Namespace) -> str:
+    """Medians of the per-round ratios (each ratio between measurements of the same round)."""
 
     def ratio(task: str, engine: str, reference: str | list[str]) -> float:
         refs = [reference] if isinstance(reference, str) else reference
         per_round = [value / max(rates[task][ref][k] for ref in refs) for k, value in enumerate(rates[task][engine])]
         return statistics.median(per_round)
 
+    if args.paired:
+        protocol = (
+            f"Per task, one fresh process holds every engine open and steps them in bursts of {args.seconds} s, engine"
+            f" after engine in a new random order each of {args.rounds} rounds; a ratio is taken between bursts of the"
+            " same round (seconds apart)"
+        )
+    else:
+        protocol = (
+            f"Each measurement ({args.seconds} s) in a fresh process, configurations interleaved over {args.rounds}"
+            " rounds; a ratio is taken between measurements of the same round"
+        )
     lines = [
-        "# AsyncEnvPool speed, paired bursts (scripts/env_pool_speed.py --paired)",
+        f"# AsyncEnvPool speed ({'paired bursts, ' if args.paired else ''}scripts/env_pool_speed.py)",
         "",
-        f"{N_ENVS} envs, random actions. Per task, one fresh process holds every engine open and steps them in bursts of"
-        f" {args.seconds} s, engine after engine in a new random order each of {args.rounds} rounds; a ratio is taken"
-        " between bursts of the same round (seconds apart) and the table gives the median over rounds. **The machine"
-        " was shared** (2 cores, other agents' jobs running, load average 10-15): absolute steps/s (medians) are shown"
-        f" for scale only. {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.",
+        f"{N_ENVS} envs, random actions. {protocol}, and the tables give medians over rounds. **The machine was shared**"
+        " (2 cores, other agents' jobs running, load average 10-15): absolute steps/s (medians) are shown for scale"
+        f" only. {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.",
         "",
         "## Synchronous stepping (`VecEnv.step`): env steps/s and ratio to the fastest of the three baselines",
         "",
@@ -262,7 +225,12 @@ def paired_report(rates: dict[str, dict[str, list[float]]], args: argparse.Names
         if "n_workers=8) recv" in engine:
             ceiling = f"{ideal_ratio(1 if 'min_ready=1' in engine else N_ENVS // 2):.2f}"
         lines.append(f"| {engine} | {statistics.median(rates[SLEEP_TASK][engine]):,.0f} | {shown} | {ceiling} |")
-    lines += ["", f"Command: `python scripts/env_pool_speed.py --paired --rounds {args.rounds} --seconds {args.seconds}`", ""]
+    paired_flag = "--paired " if args.paired else ""
+    lines += [
+        "",
+        f"Command: `python scripts/env_pool_speed.py {paired_flag}--rounds {args.rounds} --seconds {args.seconds}`",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -282,82 +250,40 @@ def run_rounds(rounds: int, seconds: float) -> dict[str, dict[str, list[float]]]
     return results
 
 
-def report(results: dict[str, dict[str, list[float]]], args: argparse.Namespace) -> str:
-    lines = [
-        "# AsyncEnvPool speed (scripts/env_pool_speed.py)",
-        "",
-        f"{N_ENVS} envs, random actions; env steps per second, median of {args.rounds} rounds, each in a fresh process,"
-        " configurations interleaved. **The machine was shared** (2 cores, other jobs running): read the ratios, taken"
-        f" within one run, rather than the absolute figures. {platform.processor() or platform.machine()},"
-        f" {os.cpu_count()} cores, Python {platform.python_version()}.",
-        "",
-        "## Synchronous stepping (`VecEnv.step`)",
-        "",
-        "| task | " + " | ".join(ENGINES) + " | AsyncEnvPool / fastest baseline | best AsyncEnvPool / fastest baseline |",
-        "|---" * (len(ENGINES) + 3) + "|",
-    ]
-    for task in TASKS:
-        medians = {engine: statistics.median(results[task][engine]) for engine in ENGINES}
-        fastest = max(medians[engine] for engine in BASELINES)
-        best = max(medians["AsyncEnvPool"], medians["AsyncEnvPool(n_workers=0)"])
-        cells = " | ".join(f"{medians[engine]:,.0f}" for engine in ENGINES)
-        lines.append(f"| {task} | {cells} | {medians['AsyncEnvPool'] / fastest:.2f} | {best / fastest:.2f} |")
-    medians = {engine: statistics.median(results[SLEEP_TASK][engine]) for engine in SLEEP_ENGINES}
-    lines += [
-        "",
-        f"## Uneven step times ({SLEEP_TASK})",
-        "",
-        "| engine | env steps/s | / the same pool's synchronous step | ceiling with no overhead (simulated) |",
-        "|---|---|---|---|",
-    ]
-    for engine in SLEEP_ENGINES:
-        sync = "AsyncEnvPool(n_workers=8) step" if "n_workers=8" in engine else "AsyncEnvPool step"
-        ratio = f"{medians[engine] / medians[sync]:.2f}" if engine.startswith("AsyncEnvPool") else ""
-        ceiling = ""
-        if "n_workers=8) recv" in engine:
-            ceiling = f"{ideal_ratio(1 if 'min_ready=1' in engine else N_ENVS // 2):.2f}"
-        lines.append(f"| {engine} | {medians[engine]:,.0f} | {ratio} | {ceiling} |")
-    lines += ["", f"Command: `python scripts/env_pool_speed.py --rounds {args.rounds} --seconds {args.seconds}`", ""]
-    return "\n".join(lines)
+def run_paired(rounds: int, seconds: float) -> dict[str, dict[str, list[float]]]:
+    rates = {}
+    for task in [*TASKS, SLEEP_TASK]:
+        command = [sys.executable, __file__, "--task", task, "--rounds", str(rounds), "--seconds", str(seconds)]
+        out = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+        if out.returncode != 0:
+            raise RuntimeError(f"{task} failed:\n{out.stderr}")
+        rates[task] = json.loads(out.stdout.strip().splitlines()[-1])
+        print(task, {engine: round(statistics.median(values)) for engine, values in rates[task].items()}, flush=True)
+    return rates
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=3.0, help="measured seconds per configuration and round")
+    parser.add_argument("--paired", action="store_true", help="paired bursts: all engines of a task in one process")
+    parser.add_argument("--rounds", type=int, help="rounds (default: 12 paired, 3 fresh-process)")
+    parser.add_argument("--seconds", type=float, help="seconds per measurement (default: 0.5 paired, 3 fresh-process)")
     parser.add_argument("--out", default="benchmarks/results/env_pool")
     parser.add_argument("--one", nargs=2, metavar=("TASK", "ENGINE"), help="measure one configuration (internal)")
-    parser.add_argument("--paired", action="store_true", help="paired bursts: all engines of a task in one process")
     parser.add_argument("--task", help="the paired bursts of one task (internal)")
     args = parser.parse_args()
+    args.rounds = args.rounds or (12 if args.paired or args.task else 3)
+    args.seconds = args.seconds or (0.5 if args.paired or args.task else 3.0)
     if args.one:
         print(measure(args.one[0], args.one[1], args.seconds))
         return
     if args.task:
         print(json.dumps(paired(args.task, SLEEP_ENGINES if args.task == SLEEP_TASK else ENGINES, args.rounds, args.seconds)))
         return
-    if args.paired:
-        rates = {}
-        for task in [*TASKS, SLEEP_TASK]:
-            command = [sys.executable, __file__, "--task", task, "--rounds", str(args.rounds), "--seconds", str(args.seconds)]
-            out = subprocess.run(command, capture_output=True, text=True, timeout=1800)
-            if out.returncode != 0:
-                raise RuntimeError(f"{task} failed:\n{out.stderr}")
-            rates[task] = json.loads(out.stdout.strip().splitlines()[-1])
-            print(task, {engine: round(statistics.median(values)) for engine, values in rates[task].items()}, flush=True)
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "results.json"), "w") as file:
-            json.dump({"n_envs": N_ENVS, "rounds": args.rounds, "seconds": args.seconds, "steps_per_s": rates}, file, indent=1)
-        text = paired_report(rates, args)
-        with open(os.path.join(args.out, "README.md"), "w") as file:
-            file.write(text)
-        print(text)
-        return
-    results = run_rounds(args.rounds, args.seconds)
+    rates = run_paired(args.rounds, args.seconds) if args.paired else run_rounds(args.rounds, args.seconds)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as file:
-        json.dump({"n_envs": N_ENVS, "rounds": args.rounds, "seconds": args.seconds, "steps_per_s": results}, file, indent=1)
-    text = report(results, args)
+        json.dump({"n_envs": N_ENVS, "rounds": args.rounds, "seconds": args.seconds, "steps_per_s": rates}, file, indent=1)
+    text = report(rates, args)
     with open(os.path.join(args.out, "README.md"), "w") as file:
         file.write(text)
     print(text)
