@@ -425,7 +425,7 @@ class AsyncEnvPool:
         self.agents: list[int] = list(self.possible_agents)
         n_groups = max(1, self.n_workers)  # n_workers=0: one group of envs, in this process
         self._worker_ids = [list(map(int, part)) for part in np.array_split(np.arange(self.n_envs), n_groups)]
-        self._worker_of = np.repeat(np.arange(n_groups), [len(ids) for ids in self._worker_ids])
+        self._worker_of = [w for w, ids in enumerate(self._worker_ids) for _ in ids]  # env id -> worker
         self._local: _Worker | None = None
         self._procs: list[Any] = [None] * self.n_workers
         self._conns: list[Any] = [None] * self.n_workers
@@ -637,7 +637,7 @@ class AsyncEnvPool:
         self._discard(targets)
         by_worker: dict[int, list[tuple[int, int | None, dict | None]]] = {}
         for i, s, o in zip(targets, seeds, all_options):
-            by_worker.setdefault(int(self._worker_of[i]), []).append((i, s, o))
+            by_worker.setdefault(self._worker_of[i], []).append((i, s, o))
         replies = self._sync("reset", by_worker)
         infos: dict[int, dict[str, Any]] = {}
         errors: dict[int, str] = {}
@@ -683,19 +683,22 @@ class AsyncEnvPool:
 
     def _send(self, items: list[tuple[int, Any]]) -> None:
         """Send checked actions ``(id, action)``, grouped into one message per worker."""
-        for i, _ in items:
+        by_worker: dict[int, list[tuple[int, Any, str | None]]] = {}
+        for i, action in items:
             if i in self._in_flight:
                 raise ValueError(f"Env {i} has a step not received yet: recv() it before sending it another action")
             if not self.autoreset and i not in self.agents:
                 raise ValueError(f"Env {i} has ended (terminated or truncated) and autoreset=False: reset() it first")
-            w = int(self._worker_of[i])
+            w = self._worker_of[i]
             if w in self._dead:
                 raise self._dead[w]
+            by_worker.setdefault(w, []).append((i, action, None))
         self._seq += 1
-        by_worker: dict[int, list[tuple[int, Any, str | None]]] = {}
-        for i, action in items:
-            by_worker.setdefault(int(self._worker_of[i]), []).append((i, action, self._lost.pop(i, None)))
-            self._in_flight[i] = self._seq
+        for work in by_worker.values():
+            for k, (i, action, _) in enumerate(work):
+                self._in_flight[i] = self._seq
+                if self._lost:
+                    work[k] = (i, action, self._lost.pop(i, None))
         for w, work in by_worker.items():
             if self._local is not None:
                 results, errors = self._local.step(work)
@@ -783,7 +786,7 @@ class AsyncEnvPool:
     def _discard(self, ids: Iterable[int]) -> None:
         """Wait for the steps in flight of ``ids`` (their workers answer in order) and drop their results."""
         targets = set(ids)
-        for w in {int(self._worker_of[i]) for i in targets if i in self._in_flight}:
+        for w in {self._worker_of[i] for i in targets if i in self._in_flight}:
             while self._pending[w] and w not in self._dead:
                 self._read_step(w)
         self._ready = [item for item in self._ready if item[1][0] not in targets]
@@ -844,7 +847,7 @@ class AsyncEnvPool:
         targets = self.possible_agents if ids is None else self._check_ids(ids, f"{what}({name!r})")
         by_worker: dict[int, Any] = {}
         for i in targets:
-            by_worker.setdefault(int(self._worker_of[i]), []).append(i)
+            by_worker.setdefault(self._worker_of[i], []).append(i)
         replies = self._sync("call", {w: (ids_w, what, name, args, kwargs) for w, ids_w in by_worker.items()})
         values: dict[int, Any] = {}
         for (_w, ids_w), (worker_values, errors) in zip(by_worker.items(), replies):
