@@ -1,18 +1,58 @@
-"""sb3-async: the asynchronous deep-RL algorithms for Stable-Baselines3."""
+"""sb3-async: the asynchronous deep-RL algorithms for Stable-Baselines3.
 
+Names are imported lazily (PEP 562), so that a process that only needs a torch-free part (an env worker of
+:class:`AsyncEnvPool`) does not pay for importing torch.
+"""
+
+import importlib
 import os
+from typing import TYPE_CHECKING, Any
 
-from sb3_async.a3c import A3C
-from sb3_async.async_q import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
-from sb3_async.common.optimizers import MomentumSGD, SharedRMSprop
-from sb3_async.common.policies import MnihCNN
-from sb3_async.common.runtime import WorkerError
+if TYPE_CHECKING:
+    from sb3_async.a3c import A3C
+    from sb3_async.async_q import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
+    from sb3_async.common.env_pool import AsyncEnvPool
+    from sb3_async.common.optimizers import MomentumSGD, SharedRMSprop
+    from sb3_async.common.policies import MnihCNN
+    from sb3_async.common.processes import WorkerError
 
 with open(os.path.join(os.path.dirname(__file__), "version.txt")) as file_handler:
     __version__ = file_handler.read().strip()
 
+#: Where each public name lives (imported on first access).
+_LAZY = {
+    "A3C": "sb3_async.a3c",
+    "AsyncNStepQ": "sb3_async.async_q",
+    "AsyncOneStepQ": "sb3_async.async_q",
+    "AsyncSarsa": "sb3_async.async_q",
+    "AsyncEnvPool": "sb3_async.common.env_pool",
+    "MnihCNN": "sb3_async.common.policies",
+    "MomentumSGD": "sb3_async.common.optimizers",
+    "SharedRMSprop": "sb3_async.common.optimizers",
+    "WorkerError": "sb3_async.common.processes",
+}
+
+
+_SUBMODULES = ("a3c", "async_q", "benchmark", "common", "enjoy", "record_video", "train", "zoo")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:  # `import sb3_async; sb3_async.a3c` worked when this module imported everything
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
     "A3C",
+    "AsyncEnvPool",
     "AsyncNStepQ",
     "AsyncOneStepQ",
     "AsyncSarsa",

@@ -24,17 +24,13 @@ Guarantees, each covered by a test:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
-import select
 import signal
-import sys
 import threading
 import time
-import traceback
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -44,46 +40,21 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-START_METHODS = ("forkserver", "spawn", "fork")
-BACKENDS = ("mp",)
+from sb3_async.common.processes import (
+    EXIT_UNGUARDED_MAIN,
+    START_METHODS,
+    WorkerError,
+    _exit_if_importing_main,
+    _main_module_importable,
+    _report_and_exit,
+    _stop_processes,
+    _watch_parent,
+)
 
-#: Exit code of a worker whose start re-imported a main script that starts training again (no ``__main__`` guard).
-EXIT_UNGUARDED_MAIN = 86
+BACKENDS = ("mp",)
 
 #: Modules the forkserver imports once, so that each worker starts in a fraction of a second.
 _FORKSERVER_PRELOAD = ["torch", "numpy", "gymnasium", "stable_baselines3", "sb3_async.common.runtime"]
-
-
-class WorkerError(RuntimeError):
-    """A worker raised an exception or died. The message names the worker and carries its traceback."""
-
-    def __init__(self, rank: int, name: str, exitcode: int | None, worker_traceback: str | None):
-        self.rank, self.name, self.exitcode, self.worker_traceback = rank, name, exitcode, worker_traceback
-        if exitcode is not None and exitcode < 0:
-            try:
-                how = f"was killed by {signal.Signals(-exitcode).name} (exit code {exitcode})"
-            except ValueError:
-                how = f"died with exit code {exitcode}"
-        else:
-            how = f"failed with exit code {exitcode}"
-        message = f"Worker {rank} ({name}) {how}"
-        if worker_traceback:
-            message += f". Its traceback:\n{worker_traceback}"
-        elif exitcode == EXIT_UNGUARDED_MAIN:
-            main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-            message = (
-                f"Worker {rank} ({name}) could not start: with the 'forkserver' and 'spawn' start methods each worker"
-                f" imports the main script{f' ({main_file})' if main_file else ''}, and that script started training"
-                ' again. Put its code under `if __name__ == "__main__":`, as with SB3\'s SubprocVecEnv.'
-            )
-        else:
-            message += " without a traceback (it did not raise: it was killed or crashed)."
-            if exitcode == 1:
-                message += (
-                    " If it died while starting, see the error printed above: with the 'forkserver' and 'spawn' start"
-                    " methods, workers import the main script first."
-                )
-        super().__init__(message)
 
 
 @dataclass
@@ -160,30 +131,6 @@ class WorkerContext:
         self._conn.send((kind, data))
 
 
-def _watch_parent(parent_pid: int) -> None:
-    """Exit this worker as soon as the main process is gone (normal exit, crash or SIGKILL)."""
-    try:
-        fd = os.pidfd_open(parent_pid)
-    except ProcessLookupError:
-        os._exit(1)
-    except (AttributeError, OSError):
-        fd = None
-
-    def run() -> None:
-        if fd is not None:
-            select.select([fd], [], [])
-        else:
-            while True:
-                time.sleep(0.5)
-                try:
-                    os.kill(parent_pid, 0)
-                except ProcessLookupError:
-                    break
-        os._exit(1)
-
-    threading.Thread(target=run, name="sb3_async-parent-watch", daemon=True).start()
-
-
 def _worker_main(
     rank: int,
     name: str,
@@ -215,11 +162,7 @@ def _worker_main(
         fn(ctx, payload)
         conn.send(("done", None))
     except BaseException:
-        try:
-            conn.send(("error", traceback.format_exc()))
-        finally:
-            conn.close()
-            os._exit(1)
+        _report_and_exit(conn, "error")
     conn.close()
 
 
@@ -264,31 +207,6 @@ class Runtime(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _exit_if_importing_main() -> None:
-    """In a worker that is still importing the main script (a script without a ``__main__`` guard starts training
-    again there), exit quietly with :data:`EXIT_UNGUARDED_MAIN`: the main process then raises one clear
-    :class:`WorkerError`, instead of every worker printing multiprocessing's long bootstrapping traceback."""
-    if getattr(mp.current_process(), "_inheriting", False):
-        sys.stdout.flush()
-        os._exit(EXIT_UNGUARDED_MAIN)
-
-
-@contextlib.contextmanager
-def _main_module_importable() -> Iterator[None]:
-    """Hide a main module ``__file__`` that is not a file (``python - < script.py`` gives ``'<stdin>'``): workers then
-    do not try to re-import it, as with ``python -c`` and notebooks (what they need of it travels with cloudpickle)."""
-    main = sys.modules.get("__main__")
-    main_file = getattr(main, "__file__", None)
-    if main is None or main_file is None or os.path.isfile(main_file):
-        yield
-        return
-    del main.__file__
-    try:
-        yield
-    finally:
-        main.__file__ = main_file
 
 
 class MultiprocessingRuntime(Runtime):
@@ -455,16 +373,8 @@ class MultiprocessingRuntime(Runtime):
             return
         self._closed = True
         self.request_stop()
-        deadline = time.monotonic() + timeout
-        for proc in self._procs:  # the reader thread keeps draining, so a worker blocked on send() can finish
-            proc.join(timeout=max(0.0, deadline - time.monotonic()))
-        for proc in self._procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(timeout=1.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=1.0)
+        # The reader thread keeps draining meanwhile, so a worker blocked on send() can finish.
+        _stop_processes(self._procs, timeout)
         self._reading.clear()
         if self._reader is not None:
             self._reader.join(timeout=1.0)

@@ -1,0 +1,936 @@
+"""The async env pool: ``n_envs`` copies of a Gymnasium env stepped concurrently in worker processes.
+
+:class:`AsyncEnvPool` speaks three dialects over one engine:
+
+* PettingZoo's ``ParallelEnv``: each env copy is an agent (ids ``0 .. n_envs - 1``), ``reset`` and ``step`` take and
+  return dicts keyed by id;
+* EnvPool's asynchronous ``send(actions)`` / ``recv(min_ready=k)``: act on whichever envs are ready (AE-DDPG §IV-A:
+  "the actor acts on each simulator as soon as it is ready");
+* an SB3 ``VecEnv`` through :meth:`AsyncEnvPool.as_vec_env` (stock PPO, A2C, TD3, SAC and DQN accept it).
+
+Engine: each worker process holds several envs when there are more envs than cores (per-message overhead is what
+makes SB3's ``SubprocVecEnv`` slow on cheap envs), writes observations into one anonymous shared mapping (``memfd``:
+nothing is ever named in ``/dev/shm``) and sends rewards, flags and infos through its pipe, one message per command.
+Process handling (parent-death watch, worker errors) comes from :mod:`sb3_async.common.processes`. This module does
+not import torch, so neither do the env workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import signal
+import tempfile
+import time
+import traceback
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from multiprocessing import get_context, reduction
+from multiprocessing.connection import Connection, wait
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from sb3_async.common.processes import (
+    START_METHODS,
+    WorkerError,
+    _exit_if_importing_main,
+    _main_module_importable,
+    _report_and_exit,
+    _stop_processes,
+    _watch_parent,
+)
+
+if TYPE_CHECKING:
+    from sb3_async.common.pool_vec_env import PoolVecEnv
+
+EnvFactory = Callable[[], gym.Env]
+ON_ERROR = ("raise", "restart")
+#: Keys the same-step autoreset adds to an ended env's info (gymnasium 1.x's names for its same-step vector mode).
+FINAL_OBS, FINAL_INFO = "final_obs", "final_info"
+
+
+class EnvError(RuntimeError):
+    """An env of the pool raised in ``step``/``reset``/a method call. The message names the env and carries its traceback.
+
+    :param env_id: the env's id in the pool
+    :param call: what the pool asked the env to do
+    :param worker_traceback: the traceback formatted in the worker
+    """
+
+    def __init__(self, env_id: int, call: str, worker_traceback: str):
+        self.env_id, self.call, self.worker_traceback = env_id, call, worker_traceback
+        super().__init__(f"Env {env_id} of the AsyncEnvPool raised in {call}. Its traceback:\n{worker_traceback}")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Shared observation slots
+
+
+def _obs_leaves(space: spaces.Space) -> list[tuple[Any, tuple[int, ...], np.dtype]]:
+    """``(key, shape, dtype)`` of each array of an observation: ``key`` None for a plain space, the Dict key or the
+    Tuple index otherwise (the spaces SB3's VecEnvs support)."""
+    if isinstance(space, spaces.Dict):
+        items: Iterable[tuple[Any, spaces.Space]] = space.spaces.items()
+    elif isinstance(space, spaces.Tuple):
+        items = enumerate(space.spaces)
+    else:
+        items = [(None, space)]
+    leaves = []
+    for key, sub in items:
+        if not isinstance(sub, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+            raise TypeError(
+                f"AsyncEnvPool supports Box, Discrete, MultiDiscrete and MultiBinary observations (alone or in a Dict or"
+                f" Tuple), as SB3's VecEnvs do; got {sub}"
+            )
+        leaves.append((key, tuple(sub.shape or ()), np.dtype(sub.dtype)))
+    return leaves
+
+
+def _anonymous_fd(size: int) -> int:
+    """A file descriptor of ``size`` zeroed bytes with no name anywhere, so nothing can leak into /dev/shm."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("sb3_async-env-pool", os.MFD_CLOEXEC)
+    else:  # pragma: no cover - macOS: an unlinked temporary file
+        with tempfile.TemporaryFile() as file:
+            fd = os.dup(file.fileno())
+    os.ftruncate(fd, size)
+    return fd
+
+
+class SharedObs:
+    """The observation slot of every env, in one shared mapping of an anonymous file.
+
+    :param space: the observation space of one env
+    :param n_envs: number of slots
+    :param fd: an existing mapping's file descriptor (in a worker); None creates one
+    """
+
+    def __init__(self, space: spaces.Space, n_envs: int, fd: int | None = None):
+        self.space, self.n_envs = space, n_envs
+        self.leaves = _obs_leaves(space)
+        offsets, size = [], 0
+        for _, shape, dtype in self.leaves:
+            size = -(-size // 64) * 64  # 64-byte alignment for every array
+            offsets.append(size)
+            size += n_envs * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        size = max(size, 1)
+        self.fd = _anonymous_fd(size) if fd is None else fd
+        self._mmap = mmap.mmap(self.fd, size)
+        self.arrays = {
+            key: np.ndarray((n_envs, *shape), dtype=dtype, buffer=self._mmap, offset=offset)
+            for (key, shape, dtype), offset in zip(self.leaves, offsets)
+        }
+
+    def write(self, index: int, obs: Any) -> None:
+        for key, array in self.arrays.items():
+            array[index] = obs if key is None else obs[key]
+
+    def read(self, indices: int | Sequence[int] | slice) -> Any:
+        """A copy of the observations at ``indices`` (the slots are rewritten by the next step)."""
+        if isinstance(indices, (int, slice)):  # views: copy them
+            arrays = {key: array[indices].copy() for key, array in self.arrays.items()}
+        else:  # fancy indexing copies already
+            arrays = {key: array[indices] for key, array in self.arrays.items()}
+        if isinstance(self.space, spaces.Dict):
+            return arrays
+        if isinstance(self.space, spaces.Tuple):
+            return tuple(arrays.values())
+        return arrays[None]
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # the memory goes once every process has unmapped it
+            self.fd = -1
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Worker side
+
+
+class _Worker:
+    """The envs of one worker process and the commands it serves."""
+
+    def __init__(self, ids: list[int], factories: list[EnvFactory], autoreset: bool, on_error: str):
+        self.ids, self.factories = ids, dict(zip(ids, factories))
+        self.autoreset, self.on_error = autoreset, on_error
+        self.envs = {i: factories[k]() for k, i in enumerate(ids)}
+        self.obs: SharedObs | None = None
+
+    def rebuild(self, i: int) -> None:
+        with contextlib.suppress(Exception):  # the env is broken already: its replacement matters, not its close()
+            self.envs[i].close()
+        self.envs[i] = self.factories[i]()
+
+    def restarted(self, i: int, error: str) -> tuple[int, float, bool, bool, dict[str, Any]]:
+        """The step result of an env rebuilt after ``error``: its episode ends truncated, the error in its info."""
+        assert self.obs is not None
+        final_obs = self.obs.read(i)  # the slot still holds the last observation the env gave
+        if not self.autoreset:
+            return i, 0.0, False, True, {"error": error}
+        obs, reset_info = self.envs[i].reset()
+        self.obs.write(i, obs)
+        return i, 0.0, False, True, {**reset_info, FINAL_OBS: final_obs, FINAL_INFO: {}, "error": error}
+
+    def step(self, items: list[tuple[int, Any, str | None]]) -> tuple[list[tuple], dict[int, str]]:
+        assert self.obs is not None
+        results, errors = [], {}
+        for i, action, restart_error in items:
+            if restart_error is not None:  # this env was rebuilt with a respawned process: no action to take
+                results.append(self.restarted(i, restart_error))
+                continue
+            env = self.envs[i]
+            try:
+                obs, reward, terminated, truncated, info = env.step(action)
+                if self.autoreset and (terminated or truncated):
+                    final_obs, final_info = obs, info
+                    obs, info = env.reset()
+                    info = {**info, FINAL_OBS: final_obs, FINAL_INFO: final_info}
+                self.obs.write(i, obs)
+                results.append((i, float(reward), bool(terminated), bool(truncated), info))
+            except Exception:
+                error = traceback.format_exc()
+                if self.on_error == "raise":
+                    errors[i] = error
+                    continue
+                try:
+                    self.rebuild(i)
+                    results.append(self.restarted(i, error))
+                except Exception:
+                    errors[i] = f"{error}\nRebuilding the env then failed:\n{traceback.format_exc()}"
+        return results, errors
+
+    def reset(self, items: list[tuple[int, int | None, dict[str, Any] | None]]) -> tuple[list[tuple], dict[int, str]]:
+        assert self.obs is not None
+        results, errors = [], {}
+        for i, seed, options in items:
+            for attempt in range(2 if self.on_error == "restart" else 1):
+                try:
+                    obs, info = self.envs[i].reset(seed=seed, options=options)
+                    self.obs.write(i, obs)
+                    results.append((i, info))
+                    break
+                except Exception:
+                    errors[i] = traceback.format_exc()
+                    if attempt == 0 and self.on_error == "restart":
+                        try:
+                            self.rebuild(i)
+                        except Exception:
+                            errors[i] += f"\nRebuilding the env then failed:\n{traceback.format_exc()}"
+                            break
+            else:
+                continue
+            errors.pop(i, None)
+        return results, errors
+
+    def call(self, ids: list[int], what: str, name: str, args: tuple, kwargs: dict) -> tuple[list[Any], dict[int, str]]:
+        values, errors = [], {}
+        for i in ids:
+            env = self.envs[i]
+            try:
+                if what == "get_attr":
+                    values.append(env.get_wrapper_attr(name))
+                elif what == "has_attr":
+                    try:
+                        env.get_wrapper_attr(name)
+                        values.append(True)
+                    except AttributeError:
+                        values.append(False)
+                elif what == "set_attr":
+                    env.set_wrapper_attr(name, args[0])
+                    values.append(None)
+                elif what == "is_wrapped":
+                    values.append(_is_wrapped(env, args[0]))
+                elif what == "render":
+                    values.append(env.render())
+                else:
+                    values.append(env.get_wrapper_attr(name)(*args, **kwargs))
+            except AttributeError as error:
+                if what == "get_attr":  # the parent raises AttributeError, as VecEnv callers expect
+                    values.append(_Missing(str(error)))
+                else:
+                    errors[i] = traceback.format_exc()
+            except Exception:
+                errors[i] = traceback.format_exc()
+        return values, errors
+
+
+@dataclass
+class _Missing:
+    """A ``get_attr`` of an attribute the env does not have (raised as ``AttributeError`` in the main process)."""
+
+    message: str
+
+
+def _is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, wrapper_class):
+            return True
+        env = env.env
+    return False
+
+
+def _worker_main(
+    index: int,
+    ids: list[int],
+    factories_blob: bytes,
+    conn: Connection,
+    parent_pid: int,
+    autoreset: bool,
+    on_error: str,
+) -> None:
+    """Entry point of an env worker process: build the envs, report their spaces, map the observation slots, serve."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle; it closes the pool
+    _watch_parent(parent_pid)
+    try:
+        worker = _Worker(ids, cloudpickle.loads(factories_blob), autoreset, on_error)
+        conn.send(("spaces", [(i, env.observation_space, env.action_space) for i, env in worker.envs.items()]))
+        fd = reduction.recv_handle(conn)
+        worker.obs = SharedObs(worker.envs[ids[0]].observation_space, conn.recv(), fd)
+        while True:
+            command, data = conn.recv()
+            if command == "step":
+                conn.send(("step", worker.step(data)))
+            elif command == "reset":
+                conn.send(("reset", worker.reset(data)))
+            elif command == "call":
+                conn.send(("call", worker.call(*data)))
+            elif command == "close":
+                for env in worker.envs.values():
+                    env.close()
+                conn.send(("closed", None))
+                break
+    except (EOFError, OSError, KeyboardInterrupt):
+        pass  # the main process is gone or closed the pipe: nothing to report to
+    except BaseException:
+        _report_and_exit(conn, "fatal")
+    conn.close()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Main-process side
+
+
+def _make_factories(env: str | EnvFactory | Sequence[EnvFactory], n_envs: int | None, env_kwargs: dict | None) -> list:
+    if isinstance(env, str):
+        factory: EnvFactory = partial(gym.make, env, **(env_kwargs or {}))
+        return [factory] * (1 if n_envs is None else n_envs)
+    if callable(env):
+        if env_kwargs:
+            raise ValueError("env_kwargs applies to an env id only; pass them to your factory instead")
+        return [env] * (1 if n_envs is None else n_envs)
+    if isinstance(env, Sequence):
+        factories = list(env)
+        if not all(callable(fn) for fn in factories):
+            raise TypeError("env must be an env id, a callable returning an env, or a list of such callables")
+        if n_envs is not None and n_envs != len(factories):
+            raise ValueError(f"n_envs={n_envs} but {len(factories)} env factories were given")
+        if env_kwargs:
+            raise ValueError("env_kwargs applies to an env id only; pass them to your factories instead")
+        return factories
+    raise TypeError(f"env must be an env id, a callable returning an env, or a list of such callables; got {env!r}")
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"Invalid {name}={value!r}: expected an integer >= {minimum}")
+    return int(value)
+
+
+def _shutdown(procs: list[Any], conns: list[Connection], pending: list[deque], obs: list[SharedObs], timeout: float) -> None:
+    """Stop the workers (idle ones politely, busy ones with SIGTERM, then SIGKILL) and release pipes and shared memory.
+
+    A function of its arguments only, so that a ``weakref.finalize`` can run it after the pool is garbage collected.
+    """
+    for proc, conn, busy in zip(procs, conns, pending):
+        if proc is None or not proc.is_alive():
+            continue
+        if busy:  # mid-step: it would read "close" only after its step, however long that takes
+            proc.terminate()
+            continue
+        try:
+            conn.send(("close", None))
+        except (OSError, ValueError):
+            proc.terminate()
+    procs = [proc for proc in procs if proc is not None]
+    _stop_processes(procs, timeout)
+    for proc in procs:
+        if not proc.is_alive():
+            proc.close()
+    for conn in conns:
+        if conn is not None:
+            conn.close()
+    for shared in obs:
+        shared.close()
+
+
+class AsyncEnvPool:
+    """``n_envs`` copies of a Gymnasium env stepped concurrently, addressed by id (PettingZoo's ``ParallelEnv`` shape),
+    asynchronously (``send``/``recv``, EnvPool's shape) or as an SB3 ``VecEnv`` (:meth:`as_vec_env`).
+
+    Each env copy is an agent of id ``0 .. n_envs - 1``; the workers hold contiguous blocks of ids.
+
+    :param env: an env id (built with ``gymnasium.make(env, **env_kwargs)``), a callable returning an env, or a list of
+        such callables (one per env)
+    :param n_envs: number of env copies (default: the length of ``env`` when it is a list, else 1, as SB3's
+        ``make_vec_env``)
+    :param env_kwargs: keyword arguments for ``gymnasium.make`` when ``env`` is an id
+    :param n_workers: number of worker processes (default: ``min(n_envs, os.cpu_count())``: several envs per process
+        when there are more envs than cores, since each message between processes costs about as much as a cheap env
+        step; ``n_workers=n_envs`` for envs that wait rather than compute; ``0`` steps every env in this process, the
+        fastest for envs cheaper than a message, as ``DummyVecEnv``, though ``send`` then blocks)
+    :param autoreset: ``True`` (default): same-step autoreset, an env that ends is reset in its worker and the step
+        returns the new episode's first observation, the last observation and info in ``infos[id]["final_obs"]`` and
+        ``infos[id]["final_info"]`` (no discarded action, no fake transition, as SB3's VecEnvs); ``False``:
+        PettingZoo's semantics, an env that ended leaves :attr:`agents` until :meth:`reset`
+    :param on_error: ``"raise"`` (default): an env that raises makes the next ``recv``/``step``/``reset`` raise
+        :class:`EnvError` naming it, with its traceback, the other envs unharmed; ``"restart"``: the env is rebuilt
+        (its process respawned if it died) and its episode reported truncated, the error in ``infos[id]["error"]``
+    :param start_method: ``"forkserver"`` (default, as SB3's ``SubprocVecEnv``), ``"spawn"`` or ``"fork"``
+    """
+
+    metadata: dict[str, Any]
+
+    def __init__(
+        self,
+        env: str | EnvFactory | Sequence[EnvFactory],
+        n_envs: int | None = None,
+        *,
+        env_kwargs: dict[str, Any] | None = None,
+        n_workers: int | None = None,
+        autoreset: bool = True,
+        on_error: str = "raise",
+        start_method: str = "forkserver",
+    ):
+        if n_envs is not None:
+            n_envs = _check_int("n_envs", n_envs, 1)
+        self._factories = _make_factories(env, n_envs, env_kwargs)
+        self.n_envs = len(self._factories)
+        if self.n_envs == 0:
+            raise ValueError("At least one env factory is needed")
+        if n_workers is None:
+            n_workers = min(self.n_envs, os.cpu_count() or 1)
+        self.n_workers = _check_int("n_workers", n_workers, 0)
+        if self.n_workers > self.n_envs:
+            raise ValueError(f"Invalid n_workers={n_workers}: at most n_envs={self.n_envs} workers")
+        if on_error not in ON_ERROR:
+            raise ValueError(f"Invalid on_error={on_error!r}: expected one of {', '.join(ON_ERROR)}")
+        if start_method not in START_METHODS:
+            raise ValueError(f"Invalid start_method={start_method!r}: expected one of {', '.join(START_METHODS)}")
+        if not isinstance(autoreset, bool):
+            raise TypeError(f"autoreset must be a bool, got {autoreset!r}")
+        self.autoreset, self.on_error, self.start_method = autoreset, on_error, start_method
+        self._ctx: Any = get_context(start_method)
+
+        self.possible_agents: list[int] = list(range(self.n_envs))
+        self.agents: list[int] = list(self.possible_agents)
+        n_groups = max(1, self.n_workers)  # n_workers=0: one group of envs, in this process
+        self._worker_ids = [list(map(int, part)) for part in np.array_split(np.arange(self.n_envs), n_groups)]
+        self._worker_of = [w for w, ids in enumerate(self._worker_ids) for _ in ids]  # env id -> worker
+        self._local: _Worker | None = None
+        self._procs: list[Any] = [None] * self.n_workers
+        self._conns: list[Any] = [None] * self.n_workers
+        self._obs_list: list[SharedObs] = []
+        self._dead: dict[int, WorkerError] = {}
+        # Step commands in flight per worker, answered in order: ("step", send sequence number).
+        self._pending: list[deque[tuple[str, int]]] = [deque() for _ in range(n_groups)]
+        self._in_flight: dict[int, int] = {}  # env id -> send sequence number
+        self._ready: list[tuple[int, tuple]] = []  # (seq, (id, reward, terminated, truncated, info)) not yet returned
+        self._errors: dict[int, str] = {}  # env id -> traceback of a step not yet reported
+        self._lost: dict[int, str] = {}  # env id -> why its worker was respawned (reported at its next step)
+        self._seq = 0
+        self._closed = False
+        # Runs at close(), at garbage collection or at exit, whichever comes first; holds no reference to the pool.
+        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._conns, self._pending, self._obs_list, 5.0)
+        try:
+            if self.n_workers == 0:
+                self._local = _Worker(self.possible_agents, self._factories, autoreset, on_error)
+                self._local.obs = self._check_spaces(
+                    [(i, env.observation_space, env.action_space) for i, env in self._local.envs.items()]
+                )
+            for w in range(self.n_workers):
+                self._spawn(w)
+            for w in range(self.n_workers):
+                self._handshake(w)
+                self._share(w)
+        except BaseException:
+            self.close()
+            raise
+        self._render_mode = self.get_attr("render_mode", [0])[0] if self._has("render_mode") else None
+        self.metadata = {"render_modes": [] if self._render_mode is None else [self._render_mode], "is_parallelizable": True}
+
+    # ---------------------------------------------------------------- processes
+    def _spawn(self, w: int) -> None:
+        ids = self._worker_ids[w]
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)  # duplex: a Unix socket, which can carry the fd
+        blob = cloudpickle.dumps([self._factories[i] for i in ids])
+        proc = self._ctx.Process(
+            target=_worker_main,
+            name=f"sb3_async-env-pool-{w}",
+            args=(w, ids, blob, child_conn, os.getpid(), self.autoreset, self.on_error),
+            daemon=True,
+        )
+        _exit_if_importing_main()  # an unguarded main script: one clear error in the main process (see processes.py)
+        with _main_module_importable():  # `python - < script.py`: workers must not re-import '<stdin>'
+            proc.start()
+        child_conn.close()
+        self._procs[w], self._conns[w] = proc, parent_conn
+
+    def _handshake(self, w: int) -> None:
+        """Read worker ``w``'s spaces (env 0's become the pool's; the others must be equal)."""
+        _, data = self._receive(w, timeout=None)
+        self._check_spaces(data)
+
+    def _check_spaces(self, data: list[tuple[int, spaces.Space, spaces.Space]]) -> SharedObs:
+        for i, obs_space, act_space in data:
+            if i == 0 and not self._obs_list:  # the first env at start: a respawned worker 0 maps the same slots
+                self._observation_space, self._action_space = obs_space, act_space
+                self._obs = SharedObs(obs_space, self.n_envs)
+                self._obs_list.append(self._obs)
+            elif obs_space != self._observation_space:
+                raise ValueError(f"Env {i} has observation space {obs_space}, env 0 has {self._observation_space}")
+            elif act_space != self._action_space:
+                raise ValueError(f"Env {i} has action space {act_space}, env 0 has {self._action_space}")
+        return self._obs
+
+    def _share(self, w: int) -> None:
+        reduction.send_handle(self._conns[w], self._obs.fd, self._procs[w].pid)
+        self._conns[w].send(self.n_envs)
+
+    def _worker_name(self, w: int) -> str:
+        ids = self._worker_ids[w]
+        return f"env pool worker holding envs {ids[0]}..{ids[-1]}" if len(ids) > 1 else f"env pool worker of env {ids[0]}"
+
+    def _receive(self, w: int, timeout: float | None) -> tuple[str, Any]:
+        """The next message of worker ``w``; raises :class:`WorkerError` if it died (seen within a second or less)."""
+        conn, proc = self._conns[w], self._procs[w]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = wait([conn, proc.sentinel], timeout=left)
+            if conn in ready:
+                try:
+                    kind, data = conn.recv()
+                except (EOFError, OSError):
+                    kind, data = "died", None
+            elif proc.sentinel in ready:
+                kind, data = "died", None
+            elif deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError
+            else:
+                continue
+            if kind == "fatal" or kind == "died":
+                self._worker_died(w, data)
+            return kind, data
+
+    def _worker_died(self, w: int, worker_traceback: str | None) -> None:
+        proc = self._procs[w]
+        proc.join(timeout=1.0)
+        error = WorkerError(w, self._worker_name(w), proc.exitcode, worker_traceback)
+        if self.on_error == "restart" and worker_traceback is None and not self._closed:
+            self._respawn(w, str(error))
+            raise _Respawned
+        self._dead[w] = error
+        for i in self._worker_ids[w]:
+            self._in_flight.pop(i, None)
+        self._pending[w].clear()
+        raise error
+
+    def _respawn(self, w: int, why: str) -> None:
+        """Rebuild worker ``w``: each of its envs reports its episode truncated at its next step (or now, if one was
+        in flight)."""
+        self._procs[w].close()
+        self._conns[w].close()
+        self._spawn(w)
+        self._handshake(w)
+        self._share(w)
+        arrived = {result[0] for _, result in self._ready} | set(self._errors)
+        in_flight = [i for i in self._worker_ids[w] if i in self._in_flight and i not in arrived]
+        self._pending[w].clear()
+        for i in self._worker_ids[w]:
+            self._lost[i] = why
+        if in_flight:
+            seq = self._in_flight[in_flight[0]]
+            self._conns[w].send(("step", [(i, None, self._lost.pop(i)) for i in in_flight]))
+            self._pending[w].append(("step", seq))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("This AsyncEnvPool is closed")
+
+    # ---------------------------------------------------------------- ids and actions
+    def _check_ids(self, ids: Iterable[Any], what: str) -> list[int]:
+        checked = []
+        for i in ids:
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < self.n_envs:
+                raise KeyError(f"Unknown env id {i!r} in {what}: the ids are 0..{self.n_envs - 1}")
+            checked.append(int(i))
+        if len(set(checked)) != len(checked):
+            raise ValueError(f"Repeated env ids in {what}: {checked}")
+        return checked
+
+    def _check_action(self, i: int, action: Any) -> Any:
+        space = self._action_space
+        if isinstance(space, spaces.Box):
+            array = np.asarray(action)
+            if array.shape != space.shape or not np.issubdtype(array.dtype, np.number):
+                raise ValueError(f"Invalid action {action!r} for env {i}: expected a {space.shape} array in {space}")
+            action = array.astype(space.dtype, copy=False)
+        elif isinstance(space, spaces.Discrete) and isinstance(action, np.ndarray) and action.shape == (1,):
+            action = action[0]  # SB3 hands Discrete actions as (1,) arrays at times
+        if not space.contains(action):
+            raise ValueError(f"Invalid action {action!r} for env {i}: not in the action space {space}")
+        return action
+
+    # ---------------------------------------------------------------- PettingZoo ParallelEnv
+    def observation_space(self, agent: int) -> spaces.Space:
+        """The observation space of env ``agent`` (the same object for every env and every call)."""
+        self._check_ids([agent], "observation_space()")
+        return self._observation_space
+
+    def action_space(self, agent: int) -> spaces.Space:
+        """The action space of env ``agent`` (the same object for every env and every call)."""
+        self._check_ids([agent], "action_space()")
+        return self._action_space
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def max_num_agents(self) -> int:
+        return self.n_envs
+
+    @property
+    def render_mode(self) -> str | None:
+        return self._render_mode
+
+    @property
+    def unwrapped(self) -> AsyncEnvPool:
+        return self
+
+    def reset(
+        self,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+        ids: Iterable[int] | None = None,
+    ) -> tuple[dict[int, Any], dict[int, dict[str, Any]]]:
+        """Reset envs (all by default, or those in ``ids``); steps still in flight for them are discarded.
+
+        :param seed: env ``i`` is seeded with ``seed + i`` (so the same seed gives the same trajectories); or one seed
+            (or None) per env reset
+        :param options: passed to every env's ``reset``, or one dict (or None) per env reset
+        :param ids: the envs to reset (default: all; with ``autoreset=False`` they rejoin :attr:`agents`)
+        :return: ``(observations, infos)``, dicts keyed by env id
+        """
+        self._check_open()
+        targets = self.possible_agents if ids is None else self._check_ids(ids, "reset()")
+        if seed is None or isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            seeds = [None if seed is None else int(seed) + i for i in targets]
+        elif isinstance(seed, Sequence) and len(seed) == len(targets):
+            seeds = [None if s is None else int(s) for s in seed]
+        else:
+            raise ValueError(f"Invalid seed={seed!r}: expected an int, None, or one seed per env reset ({len(targets)})")
+        if options is None or isinstance(options, dict):
+            all_options = [options] * len(targets)
+        elif isinstance(options, Sequence) and len(options) == len(targets):
+            all_options = list(options)
+        else:
+            raise ValueError(f"Invalid options={options!r}: expected a dict, None, or one per env reset ({len(targets)})")
+        self._discard(targets)
+        by_worker: dict[int, list[tuple[int, int | None, dict | None]]] = {}
+        for i, s, o in zip(targets, seeds, all_options):
+            by_worker.setdefault(self._worker_of[i], []).append((i, s, o))
+        replies = self._sync("reset", by_worker)
+        infos: dict[int, dict[str, Any]] = {}
+        errors: dict[int, str] = {}
+        for results, worker_errors in replies:
+            infos.update(dict(results))
+            errors.update(worker_errors)
+        for i in targets:
+            self._lost.pop(i, None)
+        if errors:
+            i = min(errors)
+            raise EnvError(i, "reset()", errors[i])
+        reset_ids = sorted(infos)
+        observations = self._obs.read(reset_ids)
+        if ids is None:
+            self.agents = list(self.possible_agents)
+        else:
+            self.agents = sorted(set(self.agents) | set(reset_ids))
+        return {i: self._item(observations, k) for k, i in enumerate(reset_ids)}, {i: infos[i] for i in reset_ids}
+
+    def step(
+        self, actions: dict[int, Any]
+    ) -> tuple[dict[int, Any], dict[int, float], dict[int, bool], dict[int, bool], dict[int, dict[str, Any]]]:
+        """Step the envs named in ``actions`` and wait for all of them.
+
+        :return: ``(observations, rewards, terminations, truncations, infos)``, dicts keyed by the ids stepped
+        """
+        ids = self.send(actions)
+        return self._as_dicts(self._collect(set(ids), None, len(ids), only=True))
+
+    # ---------------------------------------------------------------- EnvPool send / recv
+    def send(self, actions: dict[int, Any]) -> list[int]:
+        """Start a step of each env named in ``actions``; returns at once (with the ids sent).
+
+        :raises KeyError: an unknown id; ``ValueError``: an action outside the action space, an env whose last step
+            was not received yet, or (``autoreset=False``) an env that ended and was not reset since
+        """
+        self._check_open()
+        if not isinstance(actions, dict) or not actions:
+            raise ValueError(f"actions must be a non-empty dict {{env id: action}}, got {actions!r}")
+        ids = self._check_ids(actions, "actions")
+        self._send([(i, self._check_action(i, actions[i])) for i in ids])
+        return ids
+
+    def _send(self, items: list[tuple[int, Any]]) -> None:
+        """Send checked actions ``(id, action)``, grouped into one message per worker."""
+        by_worker: dict[int, list[tuple[int, Any, str | None]]] = {}
+        for i, action in items:
+            if i in self._in_flight:
+                raise ValueError(f"Env {i} has a step not received yet: recv() it before sending it another action")
+            if not self.autoreset and i not in self.agents:
+                raise ValueError(f"Env {i} has ended (terminated or truncated) and autoreset=False: reset() it first")
+            w = self._worker_of[i]
+            if w in self._dead:
+                raise self._dead[w]
+            by_worker.setdefault(w, []).append((i, action, None))
+        self._seq += 1
+        for work in by_worker.values():
+            for k, (i, action, _) in enumerate(work):
+                self._in_flight[i] = self._seq
+                if self._lost:
+                    work[k] = (i, action, self._lost.pop(i, None))
+        for w, work in by_worker.items():
+            if self._local is not None:
+                results, errors = self._local.step(work)
+                self._ready.extend((self._seq, result) for result in results)
+                self._errors.update(errors)
+            elif self._post(w, ("step", work)):
+                self._pending[w].append(("step", self._seq))
+            # else: respawned, and the respawn reports these envs' steps truncated
+
+    def recv(
+        self, min_ready: int = 1, timeout: float | None = None
+    ) -> tuple[dict[int, Any], dict[int, float], dict[int, bool], dict[int, bool], dict[int, dict[str, Any]]]:
+        """The results of the envs whose step has finished: at least ``min_ready`` of them, every one ready by then,
+        oldest send first (so no env starves).
+
+        :param min_ready: how many finished envs to wait for (1 up to the number of steps sent and not received)
+        :param timeout: seconds to wait at most (None: no limit); ``TimeoutError`` after it, the results kept
+        :return: ``(observations, rewards, terminations, truncations, infos)``, dicts keyed by env id
+        :raises EnvError: an env raised in its step (``on_error="raise"``); the other results are kept for the next recv
+        """
+        self._check_open()
+        waiting = len(self._in_flight)
+        if isinstance(min_ready, bool) or not isinstance(min_ready, (int, np.integer)) or not 1 <= min_ready <= waiting:
+            raise ValueError(f"Invalid min_ready={min_ready!r}: expected 1..{waiting} (the steps sent and not received)")
+        return self._as_dicts(self._collect(set(self._in_flight), timeout, int(min_ready), only=False))
+
+    def _collect(self, wanted: set[int], timeout: float | None, count: int, only: bool) -> list[tuple]:
+        """Read step results until ``count`` of the ``wanted`` envs are done; take those (``only``) or every result
+        ready, oldest send first, as ``(id, reward, terminated, truncated, info)``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def done() -> int:
+            return sum(1 for _, result in self._ready if result[0] in wanted) + sum(1 for i in self._errors if i in wanted)
+
+        while done() < count:
+            busy = [w for w in range(len(self._pending)) if self._pending[w] and w not in self._dead]
+            if not busy:
+                break
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = wait([self._conns[w] for w in busy] + [self._procs[w].sentinel for w in busy], timeout=left)
+            if not ready:
+                raise TimeoutError(f"Fewer than {count} envs finished their step within {timeout} s (kept for later)")
+            for w in busy:
+                if self._conns[w] in ready or self._procs[w].sentinel in ready:
+                    self._read_step(w)
+        if not only:  # whatever else is ready costs nothing to return now
+            for w in range(len(self._pending)):
+                while self._pending[w] and w not in self._dead and self._conns[w].poll():
+                    self._read_step(w)
+        errors = sorted(i for i in self._errors if i in wanted)
+        if errors:
+            i = errors[0]
+            self._in_flight.pop(i, None)
+            raise EnvError(i, "step()", self._errors.pop(i))
+        self._ready.sort(key=lambda item: (item[0], item[1][0]))
+        taken = [result for _, result in self._ready if not only or result[0] in wanted]
+        self._ready = [item for item in self._ready if only and item[1][0] not in wanted]
+        for result in taken:
+            del self._in_flight[result[0]]
+            if not self.autoreset and (result[2] or result[3]) and result[0] in self.agents:
+                self.agents.remove(result[0])
+        return taken
+
+    def _as_dicts(
+        self, taken: list[tuple]
+    ) -> tuple[dict[int, Any], dict[int, float], dict[int, bool], dict[int, bool], dict[int, dict[str, Any]]]:
+        observations = self._obs.read([result[0] for result in taken])
+        obs, rewards, terminations, truncations, infos = {}, {}, {}, {}, {}
+        for k, (i, reward, terminated, truncated, info) in enumerate(taken):
+            obs[i] = self._item(observations, k)
+            rewards[i], terminations[i], truncations[i], infos[i] = reward, terminated, truncated, info
+        return obs, rewards, terminations, truncations, infos
+
+    def _read_step(self, w: int) -> None:
+        """Read worker ``w``'s next step result into the ready list (or respawn it, with ``on_error="restart"``)."""
+        try:
+            _, data = self._receive(w, timeout=None)
+        except _Respawned:
+            return
+        _, seq = self._pending[w].popleft()
+        results, errors = data
+        self._ready.extend((seq, result) for result in results)
+        self._errors.update(errors)
+
+    def _discard(self, ids: Iterable[int]) -> None:
+        """Wait for the steps in flight of ``ids`` (their workers answer in order) and drop their results."""
+        targets = set(ids)
+        for w in {self._worker_of[i] for i in targets if i in self._in_flight}:
+            while self._pending[w] and w not in self._dead:
+                self._read_step(w)
+        self._ready = [item for item in self._ready if item[1][0] not in targets]
+        for i in targets:
+            self._errors.pop(i, None)
+            self._in_flight.pop(i, None)
+
+    def _item(self, observations: Any, k: int) -> Any:
+        if isinstance(observations, dict):
+            return {key: value[k] for key, value in observations.items()}
+        if isinstance(observations, tuple):
+            return tuple(value[k] for value in observations)
+        return observations[k]
+
+    # ---------------------------------------------------------------- synchronous commands
+    def _sync(self, command: str, by_worker: dict[int, Any]) -> list[Any]:
+        """Send ``command`` to each worker with its data, then wait for the replies (after the steps it had in flight)."""
+        if self._local is not None:
+            return [self._local.reset(data) if command == "reset" else self._local.call(*data) for data in by_worker.values()]
+        for w in by_worker:
+            if w in self._dead:
+                raise self._dead[w]
+        for w, data in by_worker.items():
+            self._post_sync(w, (command, data))
+        replies = []
+        for w in by_worker:
+            try:
+                _, reply = self._receive(w, timeout=None)
+            except _Respawned:  # died before answering: ask its replacement
+                self._post_sync(w, (command, by_worker[w]))
+                _, reply = self._receive(w, timeout=None)
+            replies.append(reply)
+        return replies
+
+    def _post_sync(self, w: int, message: tuple[str, Any]) -> None:
+        """Send a command whose reply is read next: the steps the worker had in flight are read first."""
+        for _ in range(2):  # a second try goes to a respawned worker
+            while self._pending[w]:
+                self._read_step(w)
+            if self._post(w, message):
+                return
+        raise WorkerError(w, self._worker_name(w), self._procs[w].exitcode, None)
+
+    def _post(self, w: int, message: tuple[str, Any]) -> bool:
+        """Send ``message`` to worker ``w``; False if it had died and was respawned (``on_error="restart"``)."""
+        try:
+            self._conns[w].send(message)
+            return True
+        except OSError:  # a broken pipe: the worker died
+            try:
+                self._worker_died(w, None)
+            except _Respawned:
+                return False
+            raise
+
+    def _call(self, what: str, name: str, ids: Iterable[int] | None, *args: Any, **kwargs: Any) -> list[Any]:
+        self._check_open()
+        targets = self.possible_agents if ids is None else self._check_ids(ids, f"{what}({name!r})")
+        by_worker: dict[int, Any] = {}
+        for i in targets:
+            by_worker.setdefault(self._worker_of[i], []).append(i)
+        replies = self._sync("call", {w: (ids_w, what, name, args, kwargs) for w, ids_w in by_worker.items()})
+        values: dict[int, Any] = {}
+        for (_w, ids_w), (worker_values, errors) in zip(by_worker.items(), replies):
+            if errors:
+                i = min(errors)
+                raise EnvError(i, f"{what}({name!r})", errors[i])
+            values.update(zip(ids_w, worker_values))
+        for value in values.values():
+            if isinstance(value, _Missing):
+                raise AttributeError(value.message)
+        return [values[i] for i in targets]
+
+    def _has(self, name: str) -> bool:
+        return all(self._call("has_attr", name, [0]))
+
+    def get_attr(self, name: str, ids: Iterable[int] | None = None) -> list[Any]:
+        """Attribute ``name`` of each env (all by default, or those in ``ids``), looked up through its wrappers."""
+        return self._call("get_attr", name, ids)
+
+    def set_attr(self, name: str, value: Any, ids: Iterable[int] | None = None) -> None:
+        """Set attribute ``name`` of each env (all by default, or those in ``ids``), on the wrapper that has it."""
+        self._call("set_attr", name, ids, value)
+
+    def call(self, name: str, *args: Any, ids: Iterable[int] | None = None, **kwargs: Any) -> list[Any]:
+        """Call method ``name`` of each env (all by default, or those in ``ids``) and return the results."""
+        return self._call("call", name, ids, *args, **kwargs)
+
+    def has_attr(self, name: str) -> bool:
+        """Whether every env has attribute ``name``."""
+        return all(self._call("has_attr", name, None))
+
+    def env_is_wrapped(self, wrapper_class: type, ids: Iterable[int] | None = None) -> list[bool]:
+        """Whether each env is wrapped with ``wrapper_class``."""
+        return self._call("is_wrapped", "", ids, wrapper_class)
+
+    def render(self, ids: Iterable[int] | None = None) -> list[Any]:
+        """Each env's ``render()`` (all by default, or those in ``ids``)."""
+        return self._call("render", "", ids)
+
+    # ---------------------------------------------------------------- SB3, lifecycle
+    def as_vec_env(self) -> PoolVecEnv:
+        """This pool as an SB3 ``VecEnv`` (it needs ``autoreset=True``, SB3's semantics)."""
+        from sb3_async.common.pool_vec_env import PoolVecEnv
+
+        return PoolVecEnv(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the workers and release everything. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._finalizer.detach()
+        if self._local is not None:
+            for env in self._local.envs.values():
+                env.close()
+        _shutdown(self._procs, self._conns, self._pending, self._obs_list, timeout)
+
+    def __enter__(self) -> AsyncEnvPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncEnvPool(n_envs={self.n_envs}, n_workers={self.n_workers}, autoreset={self.autoreset})"
+
+
+class _Respawned(Exception):
+    """Internal: the worker read from was respawned (``on_error="restart"``); its pending work was resent."""
+
+
+__all__ = ["AsyncEnvPool", "EnvError", "SharedObs"]

@@ -1,0 +1,141 @@
+"""Torch-free process pieces shared by every process sb3_async starts: the start methods, the parent-death watch and
+the error that names a failed worker.
+
+They live apart from :mod:`sb3_async.common.runtime` (which imports torch) so that env workers
+(:class:`sb3_async.AsyncEnvPool`) can use them without importing torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import select
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from multiprocessing.connection import Connection
+from typing import Any, NoReturn
+
+__all__ = [
+    "EXIT_UNGUARDED_MAIN",
+    "START_METHODS",
+    "WorkerError",
+    "_exit_if_importing_main",
+    "_main_module_importable",
+    "_report_and_exit",
+    "_stop_processes",
+    "_watch_parent",
+]
+
+START_METHODS = ("forkserver", "spawn", "fork")
+
+#: Exit code of a worker whose start re-imported a main script that starts workers again (no ``__main__`` guard).
+EXIT_UNGUARDED_MAIN = 86
+
+
+class WorkerError(RuntimeError):
+    """A worker raised an exception or died. The message names the worker and carries its traceback."""
+
+    def __init__(self, rank: int, name: str, exitcode: int | None, worker_traceback: str | None):
+        self.rank, self.name, self.exitcode, self.worker_traceback = rank, name, exitcode, worker_traceback
+        if exitcode is not None and exitcode < 0:
+            try:
+                how = f"was killed by {signal.Signals(-exitcode).name} (exit code {exitcode})"
+            except ValueError:
+                how = f"died with exit code {exitcode}"
+        else:
+            how = f"failed with exit code {exitcode}"
+        message = f"Worker {rank} ({name}) {how}"
+        if worker_traceback:
+            message += f". Its traceback:\n{worker_traceback}"
+        elif exitcode == EXIT_UNGUARDED_MAIN:
+            main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+            message = (
+                f"Worker {rank} ({name}) could not start: with the 'forkserver' and 'spawn' start methods each worker"
+                f" imports the main script{f' ({main_file})' if main_file else ''}, and that script started workers"
+                ' again (e.g. learn()). Put its code under `if __name__ == "__main__":`, as with SB3\'s SubprocVecEnv.'
+            )
+        else:
+            message += " without a traceback (it did not raise: it was killed or crashed)."
+            if exitcode == 1:
+                message += (
+                    " If it died while starting, see the error printed above: with the 'forkserver' and 'spawn' start"
+                    " methods, workers import the main script first."
+                )
+        super().__init__(message)
+
+
+def _exit_if_importing_main() -> None:
+    """In a worker that is still importing the main script (a script without a ``__main__`` guard starts training
+    again there), exit quietly with :data:`EXIT_UNGUARDED_MAIN`: the main process then raises one clear
+    :class:`WorkerError`, instead of every worker printing multiprocessing's long bootstrapping traceback."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        sys.stdout.flush()
+        os._exit(EXIT_UNGUARDED_MAIN)
+
+
+@contextlib.contextmanager
+def _main_module_importable() -> Iterator[None]:
+    """Hide a main module ``__file__`` that is not a file (``python - < script.py`` gives ``'<stdin>'``): workers then
+    do not try to re-import it, as with ``python -c`` and notebooks (what they need of it travels with cloudpickle)."""
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    if main is None or main_file is None or os.path.isfile(main_file):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = main_file
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Exit this worker as soon as the main process is gone (normal exit, crash or SIGKILL)."""
+    try:
+        fd = os.pidfd_open(parent_pid)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):
+        fd = None
+
+    def run() -> None:
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while True:
+                time.sleep(0.5)
+                try:
+                    os.kill(parent_pid, 0)
+                except ProcessLookupError:
+                    break
+        os._exit(1)
+
+    threading.Thread(target=run, name="sb3_async-parent-watch", daemon=True).start()
+
+
+def _report_and_exit(conn: Connection, kind: str) -> NoReturn:
+    """Send the exception being handled to the main process as ``(kind, its traceback)``, then end this worker."""
+    try:
+        conn.send((kind, traceback.format_exc()))
+    finally:
+        conn.close()
+        os._exit(1)
+
+
+def _stop_processes(procs: Sequence[Any], timeout: float) -> None:
+    """Wait up to ``timeout`` seconds in all for ``procs`` to exit, then SIGTERM, then SIGKILL those still alive."""
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(timeout=1.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=1.0)

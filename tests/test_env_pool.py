@@ -1,0 +1,495 @@
+"""AsyncEnvPool: the PettingZoo, send/recv and SB3 VecEnv semantics, errors and cleanup."""
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.wrappers import RecordEpisodeStatistics
+from stable_baselines3 import PPO, TD3
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import SubprocVecEnv, VecFrameStack, VecMonitor, VecNormalize
+
+import sb3_async
+from sb3_async import AsyncEnvPool, WorkerError
+from sb3_async.common.env_pool import EnvError
+from sb3_async.common.pool_vec_env import PoolVecEnv
+
+# The helpers below travel to the workers by value, so the workers never import this module (nor torch through it).
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class SleepyEnv(gym.Wrapper):
+    """Sleeps ``delay`` seconds per step, or a random 0-5 ms when ``delay`` is None (uneven step times)."""
+
+    def __init__(self, env: gym.Env, delay: float | None = None):
+        super().__init__(env)
+        self.delay, self.rng = delay, np.random.default_rng()
+
+    def step(self, action):
+        time.sleep(self.rng.uniform(0.0, 0.005) if self.delay is None else self.delay)
+        return self.env.step(action)
+
+
+class FailingEnv(gym.Wrapper):
+    """Raises in its ``fail_at``-th step."""
+
+    def __init__(self, env: gym.Env, fail_at: int):
+        super().__init__(env)
+        self.fail_at, self.count = fail_at, 0
+
+    def step(self, action):
+        self.count += 1
+        if self.count == self.fail_at:
+            raise RuntimeError("boom in step")
+        return self.env.step(action)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class ResetFailingEnv(gym.Wrapper):
+    """Raises in its second ``reset``."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.resets = 0
+
+    def reset(self, **kwargs):
+        self.resets += 1
+        if self.resets == 2:
+            raise RuntimeError("boom in reset")
+        return self.env.reset(**kwargs)
+
+
+def broken_factory():
+    raise RuntimeError("no env here")
+
+
+def cartpole(max_episode_steps: int | None = None):
+    return lambda: gym.make("CartPole-v1", max_episode_steps=max_episode_steps)
+
+
+def failing(fail_at: int):
+    return lambda: FailingEnv(gym.make("CartPole-v1"), fail_at)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pids: list[int], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(alive(pid) for pid in pids)
+
+
+def run_script(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- imports
+def test_import_exposes_every_name_and_the_pool_module_is_torch_free():
+    for name in sb3_async.__all__:
+        assert getattr(sb3_async, name) is not None
+    namespace: dict = {}
+    exec("from sb3_async import *", namespace)
+    assert set(sb3_async.__all__) <= set(namespace) | {"__version__"}
+
+    result = run_script(
+        """
+        import sys
+        import sb3_async
+        from sb3_async.common.env_pool import AsyncEnvPool
+        print("torch" in sys.modules, sb3_async.__version__)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[0] == "False"
+
+
+def test_env_workers_do_not_import_torch():
+    result = run_script(
+        """
+        import sys
+        import gymnasium as gym
+        from sb3_async import AsyncEnvPool
+
+        class Probe(gym.Wrapper):
+            def torch_loaded(self):
+                return "torch" in sys.modules
+
+        if __name__ == "__main__":
+            with AsyncEnvPool(lambda: Probe(gym.make("CartPole-v1")), n_envs=2, n_workers=2) as pool:
+                print(pool.call("torch_loaded"))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[False, False]"
+
+
+# ---------------------------------------------------------------------------------------------------- PettingZoo
+def test_parallel_env_api_and_seeding():
+    with AsyncEnvPool("CartPole-v1", n_envs=4) as pool:
+        assert pool.possible_agents == pool.agents == [0, 1, 2, 3]
+        assert pool.num_agents == pool.max_num_agents == 4
+        assert pool.observation_space(2) is pool.observation_space(2) is pool.observation_space(0)
+        assert pool.action_space(3) is pool.action_space(3)
+        obs, infos = pool.reset(seed=10)
+        assert sorted(obs) == sorted(infos) == [0, 1, 2, 3]
+        for i in range(4):  # env i is seeded with seed + i
+            np.testing.assert_array_equal(obs[i], gym.make("CartPole-v1").reset(seed=10 + i)[0])
+        obs, rewards, terminations, truncations, infos = pool.step({1: 0, 3: 1})
+        assert list(obs) == list(rewards) == list(terminations) == list(truncations) == list(infos) == [1, 3]
+        reference = gym.make("CartPole-v1")
+        reference.reset(seed=13)
+        np.testing.assert_array_equal(obs[3], reference.step(1)[0])
+        again, _ = pool.reset(seed=10)
+        np.testing.assert_array_equal(again[2], gym.make("CartPole-v1").reset(seed=12)[0])
+        subset, _ = pool.reset(seed=[5, None], ids=[0, 2])
+        assert list(subset) == [0, 2]
+        np.testing.assert_array_equal(subset[0], gym.make("CartPole-v1").reset(seed=5)[0])
+
+
+@pytest.mark.parametrize("n_workers", [0, 2])
+def test_same_step_autoreset_matches_a_local_env(n_workers):
+    with AsyncEnvPool(cartpole(), n_envs=2, n_workers=n_workers) as pool:
+        pool.reset(seed=3)
+        reference = gym.make("CartPole-v1")
+        reference.reset(seed=4)  # env 1
+        ended = False
+        for _ in range(60):
+            obs, rewards, terminations, truncations, infos = pool.step({0: 1, 1: 1})
+            ref_obs, ref_reward, ref_terminated, ref_truncated, ref_info = reference.step(1)
+            assert (rewards[1], terminations[1], truncations[1]) == (ref_reward, ref_terminated, ref_truncated)
+            if ref_terminated or ref_truncated:
+                np.testing.assert_array_equal(infos[1]["final_obs"], ref_obs)
+                assert infos[1]["final_info"] == ref_info
+                ref_obs, _ = reference.reset()  # same-step: the new episode's first observation comes back now
+                ended = True
+            else:
+                assert "final_obs" not in infos[1]
+            np.testing.assert_array_equal(obs[1], ref_obs)
+            if ended:
+                break
+        assert ended and pool.agents == [0, 1]
+
+
+def test_autoreset_off_follows_pettingzoo_and_keeps_truncation_apart():
+    with AsyncEnvPool(cartpole(max_episode_steps=3), n_envs=2, autoreset=False) as pool:
+        pool.reset(seed=0)
+        for _ in range(2):
+            pool.step({0: 0, 1: 1})
+        obs, _, terminations, truncations, infos = pool.step({0: 0, 1: 1})
+        assert truncations == {0: True, 1: True} and terminations == {0: False, 1: False}
+        assert "final_obs" not in infos[0]
+        assert pool.agents == []
+        with pytest.raises(ValueError, match="Env 0 has ended"):
+            pool.step({0: 0})
+        pool.reset(ids=[1])
+        assert pool.agents == [1]
+        pool.reset()
+        assert pool.agents == [0, 1]
+
+
+# ---------------------------------------------------------------------------------------------------- send / recv
+def test_recv_returns_the_ready_envs_first_and_oldest_first():
+    factories = [lambda: SleepyEnv(gym.make("CartPole-v1"), 1.0)] + [lambda: SleepyEnv(gym.make("CartPole-v1"), 0.0)] * 3
+    with AsyncEnvPool(factories, n_workers=4) as pool:
+        pool.reset(seed=0)
+        pool.send({0: 0, 1: 0, 2: 0, 3: 0})
+        obs, *_ = pool.recv(min_ready=3)
+        assert sorted(obs) == [1, 2, 3]  # env 0 is still sleeping
+        pool.send({2: 0})
+        pool.send({1: 0})
+        time.sleep(0.2)
+        obs, *_ = pool.recv(min_ready=2)
+        assert list(obs)[:2] == [2, 1]  # sent first, returned first
+        with pytest.raises(ValueError, match="min_ready"):
+            pool.recv(min_ready=2)  # only env 0 is in flight
+        obs, *_ = pool.recv(min_ready=1, timeout=5.0)
+        assert list(obs) == [0]
+
+
+def test_recv_with_uneven_step_times_serves_every_env():
+    with AsyncEnvPool(lambda: SleepyEnv(gym.make("CartPole-v1")), n_envs=6, n_workers=6) as pool:
+        pool.reset(seed=0)
+        pool.send({i: 0 for i in range(6)})
+        steps = dict.fromkeys(range(6), 0)
+        for _ in range(40):
+            obs, *_ = pool.recv(min_ready=3)
+            assert len(obs) >= 3
+            for i in obs:
+                steps[i] += 1
+            pool.send({i: pool.action_space(i).sample() for i in obs})
+        assert min(steps.values()) > 0
+
+
+def test_recv_timeout_keeps_the_results():
+    with AsyncEnvPool(lambda: SleepyEnv(gym.make("CartPole-v1"), 0.5), n_envs=1) as pool:
+        pool.reset(seed=0)
+        pool.send({0: 1})
+        with pytest.raises(TimeoutError):
+            pool.recv(timeout=0.01)
+        obs, rewards, *_ = pool.recv(timeout=5.0)
+        assert list(obs) == [0] and rewards[0] == 1.0
+
+
+# ---------------------------------------------------------------------------------------------------- SB3 VecEnv
+def test_vec_env_gives_the_transitions_of_subproc_vec_env():
+    factories = [lambda: RecordEpisodeStatistics(gym.make("CartPole-v1", max_episode_steps=20))] * 2
+    pool_env = AsyncEnvPool(factories).as_vec_env()
+    subproc = SubprocVecEnv(factories, start_method="fork")  # fork: its workers skip importing SB3 and torch again
+    rng = np.random.default_rng(0)
+    try:
+        for venv in (pool_env, subproc):
+            venv.seed(7)
+        np.testing.assert_array_equal(pool_env.reset(), subproc.reset())
+        assert list(pool_env.reset_infos) == list(subproc.reset_infos)
+        for _ in range(50):
+            actions = rng.integers(0, 2, size=2)
+            ours, theirs = pool_env.step(actions), subproc.step(actions)
+            for mine, other in zip(ours[:3], theirs[:3]):
+                np.testing.assert_array_equal(mine, other)
+            for mine, other in zip(ours[3], theirs[3]):
+                assert mine.keys() == other.keys()
+                assert mine["TimeLimit.truncated"] == other["TimeLimit.truncated"]
+                if "terminal_observation" in other:
+                    np.testing.assert_array_equal(mine["terminal_observation"], other["terminal_observation"])
+                    assert mine["episode"]["r"] == other["episode"]["r"]
+        assert list(pool_env.reset_infos) == list(subproc.reset_infos)
+    finally:
+        pool_env.close()
+        subproc.close()
+
+
+def test_vec_env_methods_and_wrappers():
+    make = lambda: RecordEpisodeStatistics(FailingEnv(gym.make("CartPole-v1", render_mode="rgb_array"), 10**6))  # noqa: E731
+    venv = AsyncEnvPool(make, n_envs=3).as_vec_env()
+    try:
+        assert venv.render_mode == "rgb_array"
+        assert venv.get_attr("spec", indices=[1])[0].id == "CartPole-v1"
+        venv.set_attr("custom", 5, indices=2)
+        assert venv.get_attr("custom", indices=[2]) == [5]
+        pids = venv.env_method("pid", indices=[0, 1])
+        assert len(pids) == 2 and os.getpid() not in pids
+        assert venv.env_is_wrapped(RecordEpisodeStatistics) == [True, True, True]
+        assert venv.env_is_wrapped(gym.wrappers.TimeLimit, indices=[0]) == [True]
+        assert venv.has_attr("spec") and not venv.has_attr("nope")
+        with pytest.raises(AttributeError):
+            venv.get_attr("nope")
+        venv.reset()
+        assert venv.get_images()[0].shape[-1] == 3
+        wrapped = VecFrameStack(VecNormalize(VecMonitor(venv)), n_stack=2)
+        obs = wrapped.reset()
+        assert obs.shape == (3, 8)
+        obs, rewards, dones, infos = wrapped.step(np.array([0, 1, 0]))
+        assert obs.shape == (3, 8) and rewards.shape == dones.shape == (3,)
+    finally:
+        venv.close()
+
+
+def test_pool_vec_env_as_make_vec_env_class():
+    venv = make_vec_env("CartPole-v1", n_envs=2, seed=3, vec_env_cls=PoolVecEnv, vec_env_kwargs={"n_workers": 0})
+    reference = make_vec_env("CartPole-v1", n_envs=2, seed=3)
+    try:
+        assert venv.env_is_wrapped(Monitor) == [True, True]
+        np.testing.assert_array_equal(venv.reset(), reference.reset())
+    finally:
+        venv.close()
+        reference.close()
+
+
+def test_stock_ppo_and_td3_train_on_the_pool():
+    small = {"net_arch": [16]}
+    ppo = PPO("MlpPolicy", AsyncEnvPool("CartPole-v1", n_envs=4).as_vec_env(), n_steps=16, n_epochs=1, policy_kwargs=small)
+    ppo.learn(64)
+    ppo.env.close()
+    td3 = TD3(
+        "MlpPolicy", AsyncEnvPool("Pendulum-v1", n_envs=2).as_vec_env(), learning_starts=40, train_freq=8, policy_kwargs=small
+    )
+    td3.learn(80)
+    td3.env.close()
+    assert ppo.num_timesteps >= 64 and td3.num_timesteps >= 80 and td3._n_updates > 0
+
+
+# ---------------------------------------------------------------------------------------------------- errors
+def test_an_env_error_names_the_env_and_spares_the_others():
+    with AsyncEnvPool([cartpole(), failing(2), cartpole()], n_workers=2) as pool:
+        pool.reset(seed=0)
+        pool.step({0: 0, 1: 0, 2: 0})
+        pool.send({0: 0, 1: 0, 2: 0})
+        with pytest.raises(EnvError, match="(?s)Env 1 of the AsyncEnvPool raised in step.*boom in step") as info:
+            pool.recv(min_ready=3)
+        assert info.value.env_id == 1
+        obs, *_ = pool.recv(min_ready=2)  # the others' results are kept
+        assert sorted(obs) == [0, 2]
+        obs, *_ = pool.step({0: 1, 2: 1})
+        assert sorted(obs) == [0, 2]
+
+
+def test_reset_errors_and_factory_errors_are_reported():
+    with AsyncEnvPool([cartpole(), lambda: ResetFailingEnv(gym.make("CartPole-v1"))], n_workers=2) as pool:
+        pool.reset(seed=0)
+        with pytest.raises(EnvError, match="(?s)Env 1 of the AsyncEnvPool raised in reset.*boom in reset"):
+            pool.reset(seed=0)
+        obs, _ = pool.reset(seed=0)  # its third reset works again
+        assert sorted(obs) == [0, 1]
+    with AsyncEnvPool(lambda: ResetFailingEnv(gym.make("CartPole-v1")), n_envs=1, on_error="restart") as pool:
+        pool.reset(seed=0)
+        obs, _ = pool.reset(seed=0)  # rebuilt and retried once
+        assert list(obs) == [0]
+    with pytest.raises(WorkerError, match="(?s)env pool worker of env 1.*no env here"):
+        AsyncEnvPool([cartpole(), broken_factory], n_workers=2)
+
+
+def test_restart_rebuilds_the_env_and_reports_a_truncation():
+    with AsyncEnvPool([failing(2), cartpole()], on_error="restart", n_workers=1) as pool:
+        pool.reset(seed=0)
+        first, *_ = pool.step({0: 0, 1: 0})
+        obs, rewards, terminations, truncations, infos = pool.step({0: 0, 1: 0})
+        assert truncations[0] and not terminations[0] and "boom in step" in infos[0]["error"]
+        np.testing.assert_array_equal(infos[0]["final_obs"], first[0])
+        obs, rewards, terminations, truncations, infos = pool.step({0: 0, 1: 0})
+        assert not truncations[0] and "error" not in infos[0]
+
+
+def test_a_killed_worker_is_reported_within_a_second():
+    with AsyncEnvPool(lambda: SleepyEnv(gym.make("CartPole-v1"), 30.0), n_envs=2, n_workers=2) as pool:
+        pool.reset(seed=0)
+        pool.send({0: 0, 1: 0})
+        victim = pool._procs[1].pid
+        os.kill(victim, signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(WorkerError, match="killed by SIGKILL") as info:
+            pool.recv(min_ready=2)
+        assert time.monotonic() - start < 1.0
+        assert "env 1" in str(info.value)
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_restart_respawns_a_killed_worker(victim):
+    other = 1 - victim
+    with AsyncEnvPool(failing(10**6), n_envs=2, n_workers=2, on_error="restart") as pool:
+        pool.reset(seed=0)
+        before, *_ = pool.step({0: 0, 1: 0})
+        old_pid = pool.call("pid", ids=[victim])[0]
+        os.kill(old_pid, signal.SIGKILL)
+        obs, _, terminations, truncations, infos = pool.step({0: 0, 1: 0})
+        assert truncations[victim] and not terminations[victim] and "SIGKILL" in infos[victim]["error"]
+        np.testing.assert_array_equal(infos[victim]["final_obs"], before[victim])
+        assert not truncations[other]
+        assert pool.call("pid", ids=[victim])[0] != old_pid
+        obs, _, _, truncations, infos = pool.step({0: 0, 1: 0})
+        assert not truncations[victim] and "error" not in infos[victim]
+        assert obs[victim].shape == (4,) and pool.reset(seed=1)[0][victim].shape == (4,)
+
+
+def test_bad_input_gives_clear_errors():
+    with pytest.raises(ValueError, match="n_envs"):
+        AsyncEnvPool("CartPole-v1", n_envs=0)
+    with pytest.raises(ValueError, match="on_error"):
+        AsyncEnvPool("CartPole-v1", on_error="ignore")
+    with pytest.raises(ValueError, match="start_method"):
+        AsyncEnvPool("CartPole-v1", start_method="thread")
+    with pytest.raises(ValueError, match="n_workers"):
+        AsyncEnvPool("CartPole-v1", n_envs=2, n_workers=3)
+    with pytest.raises(ValueError, match="n_envs=3 but 2"):
+        AsyncEnvPool([cartpole(), cartpole()], n_envs=3)
+    with pytest.raises(TypeError, match="env must be"):
+        AsyncEnvPool(3)
+    with pytest.raises(ValueError, match="observation space"):
+        AsyncEnvPool([cartpole(), lambda: gym.make("Pendulum-v1")], n_workers=1)
+    with AsyncEnvPool("CartPole-v1", n_envs=2) as pool:
+        pool.reset()
+        with pytest.raises(KeyError, match="Unknown env id 5"):
+            pool.step({5: 0})
+        with pytest.raises(KeyError, match="Unknown env id 'a'"):
+            pool.observation_space("a")
+        with pytest.raises(ValueError, match="Invalid action 2 for env 1"):
+            pool.step({1: 2})
+        with pytest.raises(ValueError, match="non-empty dict"):
+            pool.step({})
+        with pytest.raises(ValueError, match="min_ready"):
+            pool.recv()
+        pool.send({0: 1})
+        with pytest.raises(ValueError, match="Env 0 has a step not received"):
+            pool.send({0: 1})
+        venv = pool.as_vec_env()
+        with pytest.raises(ValueError, match="Invalid action"):
+            venv.step(np.array([0, 7]))
+    with pytest.raises(ValueError, match="autoreset=True"):
+        AsyncEnvPool("CartPole-v1", autoreset=False, n_workers=0).as_vec_env()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.reset()
+
+
+# ---------------------------------------------------------------------------------------------------- cleanup
+def test_close_and_garbage_collection_leave_no_process_and_no_named_memory():
+    pool = AsyncEnvPool("CartPole-v1", n_envs=2, n_workers=2)
+    fd = pool._obs.fd
+    assert os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:")  # anonymous: never a name in /dev/shm
+    pids = [proc.pid for proc in pool._procs]
+    pool.close()
+    pool.close()
+    assert wait_gone(pids, 1.0)
+    pool = AsyncEnvPool("CartPole-v1", n_envs=2, n_workers=2)
+    pids = [proc.pid for proc in pool._procs]
+    del pool
+    gc.collect()
+    assert wait_gone(pids, 5.0)
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "Ctrl-C"])
+def test_parent_death_or_ctrl_c_leaves_no_process(how):
+    result = run_script(
+        f"""
+        import os, signal, sys, time
+        import gymnasium as gym
+        from sb3_async import AsyncEnvPool
+
+        class Slow(gym.Wrapper):
+            def step(self, action):
+                time.sleep(30)
+
+        if __name__ == "__main__":
+            pool = AsyncEnvPool(lambda: Slow(gym.make("CartPole-v1")), n_envs=2, n_workers=2)
+            pool.reset()
+            print(*[proc.pid for proc in pool._procs], flush=True)
+            pool.send({{0: 0, 1: 0}})
+            if "{how}" == "SIGKILL":
+                os.kill(os.getpid(), signal.SIGKILL)
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+            pool.recv(min_ready=2)
+        """
+    )
+    pids = [int(pid) for pid in result.stdout.split()]
+    assert len(pids) == 2, result.stderr
+    if how == "Ctrl-C":
+        assert "KeyboardInterrupt" in result.stderr
+    assert wait_gone(pids, 2.0)
+
+
+def test_pettingzoo_parallel_api_test_passes_with_autoreset_off():
+    test = pytest.importorskip("pettingzoo.test", reason="pettingzoo is optional: not a dependency")
+    with AsyncEnvPool("CartPole-v1", n_envs=3, autoreset=False) as pool:
+        test.parallel_api_test(pool, num_cycles=200)
