@@ -177,9 +177,8 @@ class A3C(HogwildAlgorithm):
         self.gae_lambda = check_float("gae_lambda", gae_lambda, 0.0, 1.0)
         if not isinstance(use_sde, (bool, np.bool_)):
             raise TypeError(f"Invalid use_sde={use_sde!r}: expected a bool")
-        self.use_sde = bool(use_sde)
-        self.sde_sample_freq = check_int("sde_sample_freq", sde_sample_freq, minimum=-1)
-        if self.use_sde:  # SB3's OnPolicyAlgorithm passes it to the policy the same way
+        sde_sample_freq = check_int("sde_sample_freq", sde_sample_freq, minimum=-1)
+        if use_sde:  # SB3's OnPolicyAlgorithm passes it to the policy the same way
             policy_kwargs = {**(policy_kwargs or {}), "use_sde": True}
         super().__init__(
             policy,
@@ -200,6 +199,7 @@ class A3C(HogwildAlgorithm):
             optimizer_kwargs=optimizer_kwargs,
             max_grad_norm=max_grad_norm,
         )
+        self.use_sde, self.sde_sample_freq = bool(use_sde), sde_sample_freq  # after BaseAlgorithm's defaults
         if _init_setup_model:
             self._setup_model()
 

@@ -159,7 +159,8 @@ class SharedRunningMeanStd(RunningMeanStd):
     # Pickled (vecnormalize.pkl, model.save) and deep-copied (sync_envs_normalization) as SB3's own class, so that
     # files load without sb3_async and an eval env gets frozen statistics, not a live view.
     def __reduce__(self) -> Any:
-        return self.copy().__reduce_ex__(2)
+        plain = self.copy()
+        return RunningMeanStd, (1e-4, plain.mean.shape), plain.__dict__
 
     def __deepcopy__(self, memo: dict[int, Any]) -> RunningMeanStd:
         return self.copy()
