@@ -61,7 +61,7 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
         worker.synchronize()  # θ' = θ
         if cfg.use_sde:  # SB3's A2C samples gSDE noise at the start of each rollout
             local.reset_noise(cfg.n_envs)
-            steps_since_noise = 1
+            steps_since_noise = 0
         segment = worker.collect(act, terminal_value, env_action)
         last_values = terminal_value(segment.next_obs)  # V(s_t; θ'_v), or 0 for a terminal s_t (via dones)
         batch_actions = torch.as_tensor(stack_steps(segment.actions))

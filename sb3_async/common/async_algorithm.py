@@ -298,7 +298,12 @@ class AsyncAlgorithm(BaseAlgorithm):
     def get_vec_normalize_env(self) -> VecNormalize | None:
         """The ``VecNormalize`` of the training env (live shared statistics during ``learn()``); for a model loaded
         without an env, one rebuilt from the saved env and statistics."""
-        if self._vec_normalize_env is None and self.env is None and self._env_recipe is not None and self._env_recipe.normalizes:
+        if (
+            self._vec_normalize_env is None
+            and self.env is None
+            and self._env_recipe is not None
+            and self._env_recipe.normalizes
+        ):
             self._ensure_env()
         return self._vec_normalize_env
 

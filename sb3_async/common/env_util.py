@@ -3,9 +3,9 @@
 Users pass an env the way they do to SB3: an env id, a factory, a ``gym.Env`` or a ``VecEnv``. Workers cannot share
 the main process' env, so :class:`EnvRecipe` records how to build more of it: rebuild from the id or the factory,
 else clone the env by (cloud)pickling. A ``VecEnv`` is taken apart into one env to clone plus the ``VecEnvWrapper``
-stack to re-apply (``VecFrameStack``, ``VecMonitor``, ``VecTransposeImage``, and ``VecNormalize``, whose statistics the workers share:
-:mod:`sb3_async.common.normalization`). Anything else fails at construction
-with an error that says what to pass instead.
+stack to re-apply (``VecFrameStack``, ``VecMonitor``, ``VecTransposeImage``, and ``VecNormalize``, whose
+statistics the workers share: :mod:`sb3_async.common.normalization`). Anything else fails at construction with an
+error that says what to pass instead.
 """
 
 from __future__ import annotations

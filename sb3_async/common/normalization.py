@@ -116,16 +116,16 @@ class SharedRunningMeanStd(RunningMeanStd):
             self._cached = moments
         return moments
 
-    @property  # type: ignore[override]
-    def mean(self) -> np.ndarray:
+    @property
+    def mean(self) -> np.ndarray:  # type: ignore[override]
         return self._moments()[0]
 
-    @property  # type: ignore[override]
-    def var(self) -> np.ndarray:
+    @property
+    def var(self) -> np.ndarray:  # type: ignore[override]
         return self._moments()[1]
 
-    @property  # type: ignore[override]
-    def count(self) -> float:
+    @property
+    def count(self) -> float:  # type: ignore[override]
         return self._moments()[2]
 
     def update(self, arr: np.ndarray) -> None:
@@ -212,7 +212,7 @@ def attach_statistics(venv: VecNormalize, shared: dict[str, Any], slot: int | No
     process (``slot=None``) only reads."""
     venv.ret_rms = SharedRunningMeanStd(shared["ret_rms"], slot)
     if "obs_rms" in shared:
-        venv.obs_rms = SharedRunningMeanStd(shared["obs_rms"], slot)
+        venv.obs_rms = SharedRunningMeanStd(shared["obs_rms"], slot)  # type: ignore[assignment]
     elif "obs_rms_by_key" in shared:
         venv.obs_rms = {key: SharedRunningMeanStd(tensors, slot) for key, tensors in shared["obs_rms_by_key"].items()}
 

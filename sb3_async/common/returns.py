@@ -78,7 +78,12 @@ def gae_advantages(
     values = np.asarray(values, dtype=np.float32)
     dones = np.asarray(dones, dtype=bool)
     last_values = np.asarray(last_values, dtype=np.float32)
-    if rewards.ndim != 2 or values.shape != rewards.shape or dones.shape != rewards.shape or last_values.shape != rewards.shape[1:]:
+    if (
+        rewards.ndim != 2
+        or values.shape != rewards.shape
+        or dones.shape != rewards.shape
+        or last_values.shape != rewards.shape[1:]
+    ):
         raise ValueError(
             f"Shapes do not match: rewards {rewards.shape}, values {values.shape}, dones {dones.shape}, "
             f"last_values {last_values.shape}; expected (n_steps, n_envs) for the first three and (n_envs,)"
