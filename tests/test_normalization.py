@@ -244,3 +244,19 @@ def test_a3c_learns_pendulum_with_its_zoo_config(tmp_path: Path) -> None:
     )
     model.learn(1_000_000, callback=callback)
     assert callback.best_mean_reward >= -200.0
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(gae_lambda=1.5), ValueError, "gae_lambda"),
+        (dict(use_sde="yes"), TypeError, "use_sde"),
+        (dict(sde_sample_freq=-2), ValueError, "sde_sample_freq"),
+        (dict(use_sde=True, policy="SoftplusMlpPolicy"), ValueError, "use_sde"),
+        (dict(use_rms_prop=True), TypeError, "use_rms_prop"),  # the zoo's A2C key: A3C's optimizer is `optimizer`
+    ],
+)
+def test_a3c_continuous_control_arguments_are_checked(kwargs: dict, error: type, match: str) -> None:
+    arguments = dict(policy="MlpPolicy", env="Pendulum-v1", n_workers=1) | kwargs
+    with pytest.raises(error, match=match):
+        A3C(**arguments)

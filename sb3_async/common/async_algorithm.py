@@ -311,11 +311,12 @@ class AsyncAlgorithm(BaseAlgorithm):
         found = [*vec_normalizes(self.env), *([self._vec_normalize_env] if self._vec_normalize_env is not None else [])]
         return list({id(venv): venv for venv in found}.values())
 
-    def _share_normalization(self) -> dict[str, Any] | None:
+    def _share_normalization(self, n_writers: int) -> dict[str, Any] | None:
+        """Shared statistics with one slot per worker (rank ``i`` writes slot ``i + 1``), or None without VecNormalize."""
         venv = self._vec_normalize_env
         if venv is None or self._env_recipe is None or not self._env_recipe.normalizes:
             return None
-        shared = share_statistics(venv, self.n_workers)
+        shared = share_statistics(venv, n_writers)
         for main_venv in self._main_vec_normalizes():
             attach_statistics(main_venv, shared, slot=None)
         return shared
@@ -359,7 +360,7 @@ class AsyncAlgorithm(BaseAlgorithm):
         self._share_state()
         specs = self._worker_specs()
         latest_obs = _shared_obs_buffer(self.observation_space, self.n_envs)
-        normalization = self._share_normalization()
+        normalization = self._share_normalization(len(specs))
         for spec in specs:
             spec.shared["latest_obs"] = latest_obs
             if normalization is not None:
