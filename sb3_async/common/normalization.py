@@ -65,18 +65,19 @@ def merge_moments(counts: np.ndarray, means: np.ndarray, variances: np.ndarray) 
             f"Shapes do not match: counts {counts.shape}, means {means.shape}, variances {variances.shape}; "
             "expected (k,), (k, *shape) and (k, *shape)"
         )
-    total = float(counts.sum())
-    if total <= 0.0:
+    if counts.sum() <= 0.0:
         raise ValueError("merge_moments needs at least one set with a positive count")
-    weights = (counts / total).reshape(-1, *([1] * (means.ndim - 1)))
-    mean = (weights * means).sum(axis=0)
-    var = (weights * (variances + np.square(means - mean))).sum(axis=0)
-    return mean, var, total
+    return _merge(counts, means, variances)
 
 
-def _batch_moments(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    arr = np.asarray(arr, dtype=np.float64)
-    return arr.mean(axis=0), arr.var(axis=0), arr.shape[0]
+def _merge(counts: np.ndarray, means: np.ndarray, variances: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """:func:`merge_moments` without the checks, in few NumPy calls: workers run it at every step."""
+    total = float(counts.sum())
+    weights = counts / total
+    flat_means = means.reshape(len(counts), -1)
+    mean = weights @ flat_means
+    var = weights @ (variances.reshape(len(counts), -1) + np.square(flat_means - mean))
+    return mean.reshape(means.shape[1:]), var.reshape(means.shape[1:]), total
 
 
 class SharedRunningMeanStd(RunningMeanStd):
@@ -105,7 +106,7 @@ class SharedRunningMeanStd(RunningMeanStd):
             before = self._versions.copy()
             counts, means, variances = self._counts.copy(), self._means.copy(), self._vars.copy()
             if not (before & 1).any() and np.array_equal(before, self._versions):
-                return merge_moments(counts, means, variances)
+                return _merge(counts, means, variances)
             time.sleep(0)  # a writer is mid-update: let it finish
 
     def _moments(self) -> tuple[np.ndarray, np.ndarray, float]:
@@ -132,13 +133,15 @@ class SharedRunningMeanStd(RunningMeanStd):
         """Merge a batch into this process' slot (Chan's update, as ``RunningMeanStd.update``), then re-read all."""
         if self.slot is None:
             raise RuntimeError("This process only reads the shared statistics (the workers update them)")
-        batch_mean, batch_var, batch_count = _batch_moments(arr)
+        arr = np.asarray(arr, dtype=np.float64)
+        batch_mean, batch_var, batch_count = arr.mean(axis=0), arr.var(axis=0), arr.shape[0]
         slot = self.slot
-        mean, var, count = merge_moments(
-            np.array([self._counts[slot], batch_count]),
-            np.stack([self._means[slot], batch_mean]),
-            np.stack([self._vars[slot], batch_var]),
-        )
+        # RunningMeanStd.update_from_moments on this slot (an empty slot becomes the batch's moments)
+        old_count, old_mean, old_var = float(self._counts[slot]), self._means[slot], self._vars[slot]
+        count = old_count + batch_count
+        delta = batch_mean - old_mean
+        mean = old_mean + delta * (batch_count / count)
+        var = (old_var * old_count + batch_var * batch_count + np.square(delta) * (old_count * batch_count / count)) / count
         self._versions[slot] += 1  # odd: being written
         self._means[slot] = mean
         self._vars[slot] = var
