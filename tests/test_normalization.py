@@ -209,6 +209,7 @@ def test_eval_callback_gets_frozen_copies(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to 1M steps: ~10 min on 2 busy cores
 def test_a3c_learns_pendulum_with_its_zoo_config(tmp_path: Path) -> None:
     """The zoo's A2C recipe ported to A3C (zoo_configs/a3c.yml, normalize + GAE + gSDE) reaches a -200 deterministic
     evaluation on Pendulum-v1 within its 1M steps (the benchmark's `pendulum` suite measures the time)."""
