@@ -17,9 +17,10 @@ What the zoo builds and what the workers need differ in two ways, which :class:`
   cannot travel to the workers; the copy given to the workers logs no file (training episodes reach the logger,
   the progress bar and the callbacks through the workers' reports instead).
 
-``normalize`` (``VecNormalize``) cannot be given to workers and fails with a ``ValueError`` saying what to do
-instead; ``--vec-env subproc`` on the command line is replaced by ``dummy`` with a note (a ``SubprocVecEnv`` built
-through the Python API fails with a ``ValueError``). See ``docs/zoo.md``.
+``normalize`` (``VecNormalize``) works as for SB3: the workers share its running statistics
+(:mod:`sb3_async.common.normalization`) and the zoo saves them as ``vecnormalize.pkl``; ``--vec-env subproc`` on
+the command line is replaced by ``dummy`` with a note (a ``SubprocVecEnv`` built through the Python API fails with a
+``ValueError``). See ``docs/zoo.md``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import optuna
 from rl_zoo3 import hyperparams_opt
 from rl_zoo3.utils import ALGOS
 from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper, VecNormalize
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from torch import nn
 
 from sb3_async.a3c import A3C
@@ -161,13 +162,6 @@ def _check_zoo_env(env: VecEnv) -> DummyVecEnv:
     """The ``DummyVecEnv`` under the zoo's VecEnv wrappers, or a ``ValueError`` for what workers cannot take."""
     venv: VecEnv = env
     while isinstance(venv, VecEnvWrapper):
-        if isinstance(venv, VecNormalize):
-            raise ValueError(
-                "`normalize` (VecNormalize) is not supported by sb3_async algorithms: each worker would keep its own "
-                "statistics and the saved vecnormalize.pkl would match none of them. Remove `normalize` from the "
-                "hyperparameters; to normalize, put a per-env wrapper in `env_wrapper` instead "
-                "(e.g. gymnasium.wrappers.NormalizeObservation), knowing that its statistics are not saved for enjoy."
-            )
         venv = venv.venv
     if not isinstance(venv, DummyVecEnv):
         raise ValueError(

@@ -249,8 +249,8 @@ def test_env_that_cannot_be_copied():
 
     with pytest.raises(TypeError, match="factory"):
         A3C("MlpPolicy", Unpicklable(gym.make("CartPole-v1")), n_workers=1)
-    with pytest.raises(TypeError, match="VecNormalize"):
-        A3C("MlpPolicy", VecNormalize(DummyVecEnv([lambda: gym.make("CartPole-v1")])), n_workers=1)
+    with pytest.raises(TypeError, match="Only one VecNormalize"):  # one set of shared statistics
+        A3C("MlpPolicy", VecNormalize(VecNormalize(DummyVecEnv([lambda: gym.make("CartPole-v1")]))), n_workers=1)
     venv = SubprocVecEnv([lambda: gym.make("CartPole-v1")])
     try:
         with pytest.raises(TypeError, match="SubprocVecEnv"):

@@ -1,10 +1,11 @@
-"""n-step returns against hand-computed values (supp. Alg. S2/S3)."""
+"""n-step returns (supp. Alg. S2/S3) and GAE (Schulman et al. 2016) against hand-computed values."""
 
 import numpy as np
 import pytest
 
 from sb3_async.common.returns import (
     bootstrap_truncated_rewards,
+    gae_advantages,
     nstep_q_targets,
     nstep_returns,
     one_step_q_targets,
@@ -84,3 +85,51 @@ def test_q_target_shapes_are_checked():
         sarsa_targets(np.zeros(3), np.zeros(3, bool), np.zeros(2), 0.9)
     with pytest.raises(ValueError, match="last_q_target"):
         nstep_q_targets(np.zeros((2, 1)), np.zeros((2, 1), bool), np.zeros(1), 0.9)
+
+
+def test_gae_hand_computed_with_terminal():
+    # gamma 0.5, lambda 0.5, V = [0.5, 1, 1.5], V(s_3) = 2, r = [1, 2, 3]
+    # env 0 (no end): d_2 = 3 + 0.5*2 - 1.5 = 2.5, A_2 = 2.5; d_1 = 2 + 0.5*1.5 - 1 = 1.75, A_1 = 1.75 + 0.25*2.5
+    #   = 2.375; d_0 = 1 + 0.5*1 - 0.5 = 1, A_0 = 1 + 0.25*2.375 = 1.59375; returns A + V
+    # env 1 ends at t=1: d_1 = 2 - 1 = 1, A_1 = 1 (no look-ahead); A_0 = 1 + 0.25*1 = 1.25; t=2 as env 0
+    rewards = np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+    values = np.array([[0.5, 0.5], [1.0, 1.0], [1.5, 1.5]])
+    dones = np.array([[False, False], [False, True], [False, False]])
+    advantages, returns = gae_advantages(rewards, values, dones, np.array([2.0, 2.0]), gamma=0.5, gae_lambda=0.5)
+    assert advantages[:, 0].tolist() == pytest.approx([1.59375, 2.375, 2.5])
+    assert returns[:, 0].tolist() == pytest.approx([2.09375, 3.375, 4.0])
+    assert advantages[:, 1].tolist() == pytest.approx([1.25, 1.0, 2.5])
+    assert returns[:, 1].tolist() == pytest.approx([1.75, 2.0, 4.0])
+    assert advantages.dtype == returns.dtype == np.float32
+
+
+def test_gae_truncation_bootstraps_from_terminal_value():
+    # env truncated at t=1 with V(s_terminal) = 4: r_1 becomes 2 + 0.5*4 = 4, d_1 = 4 - 1 = 3, A_1 = 3;
+    # A_0 = (1 + 0.5*1 - 0.5) + 0.25*3 = 1.75; the next episode's values do not leak in
+    r1 = bootstrap_truncated_rewards(np.array([2.0]), np.array([True]), np.array([4.0]), gamma=0.5)
+    rewards = np.array([[1.0], r1, [3.0]])
+    values = np.array([[0.5], [1.0], [1.5]])
+    dones = np.array([[False], [True], [False]])
+    advantages, _ = gae_advantages(rewards, values, dones, np.array([2.0]), gamma=0.5, gae_lambda=0.5)
+    assert advantages[:, 0].tolist() == pytest.approx([1.75, 3.0, 2.5])
+
+
+def test_gae_limits():
+    rng = np.random.default_rng(0)
+    rewards, values = rng.normal(size=(6, 3)), rng.normal(size=(6, 3))
+    dones = rng.random((6, 3)) < 0.3
+    last = rng.normal(size=3)
+    # lambda 1: the n-step advantage R_t - V(s_t), targets the n-step returns
+    advantages, returns = gae_advantages(rewards, values, dones, last, gamma=0.9, gae_lambda=1.0)
+    nstep = nstep_returns(rewards, dones, last, gamma=0.9)
+    np.testing.assert_allclose(returns, nstep, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(advantages, nstep - values.astype(np.float32), rtol=1e-5, atol=1e-5)
+    # lambda 0: the one-step TD error
+    advantages, _ = gae_advantages(rewards, values, dones, last, gamma=0.9, gae_lambda=0.0)
+    next_values = np.vstack([values[1:], last[None]])
+    np.testing.assert_allclose(advantages, rewards + 0.9 * ~dones * next_values - values, rtol=1e-5, atol=1e-6)
+
+
+def test_gae_shapes_are_checked():
+    with pytest.raises(ValueError, match="Shapes"):
+        gae_advantages(np.zeros((3, 2)), np.zeros((3, 1)), np.zeros((3, 2), bool), np.zeros(2), 0.9, 0.9)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -170,9 +171,35 @@ def test_worker_counts_derived_from_n_envs(tmp_path: Path) -> None:
     model.env.close()
 
 
-def test_normalize_fails_clearly(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="`normalize` .* not supported"):
-        build("a3c", "CartPole-v1", tmp_path, hyperparams={"normalize": True})
+def test_normalize_gives_the_workers_shared_statistics(tmp_path: Path) -> None:
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    model = build("a3c", "Pendulum-v1", tmp_path)  # `normalize: true` in its entry; the zoo passes gamma along
+    venv = model.get_vec_normalize_env()
+    assert isinstance(venv, VecNormalize) and venv.gamma == 0.9 and venv.norm_reward
+    assert model._env_recipe.normalizes and (model.gae_lambda, model.use_sde) == (0.9, True)
+    model.env.close()
+    model = build("a3c", "CartPole-v1", tmp_path, hyperparams={"normalize": "{'norm_obs': True, 'norm_reward': False}"})
+    venv = model.get_vec_normalize_env()
+    assert isinstance(venv, VecNormalize) and venv.norm_obs and not venv.norm_reward
+    model.env.close()
+
+
+def test_normalize_train_then_enjoy_through_the_cli(tmp_path: Path) -> None:
+    """The zoo saves the shared statistics as vecnormalize.pkl (at the end and with the best model); enjoy loads them."""
+    run_cli(
+        "sb3_async.train",
+        *("--algo", "a3c", "--env", "Pendulum-v1", "-n", "1600", "--seed", "1"),
+        *("--eval-freq", "800", "--eval-episodes", "1", "-params", *SMALL),
+        cwd=tmp_path,
+    )
+    stats = tmp_path / "logs" / "a3c" / "Pendulum-v1_1" / "Pendulum-v1" / "vecnormalize.pkl"
+    with stats.open("rb") as file:
+        saved = pickle.load(file)
+    assert type(saved.obs_rms).__module__.startswith("stable_baselines3")  # loads without sb3_async
+    assert saved.obs_rms.count > 1600  # the workers' steps, not the main process' template
+    out = run_cli("sb3_async.enjoy", *("--algo", "a3c", "--env", "Pendulum-v1", "-n", "250", "--no-render"), cwd=tmp_path)
+    assert "Loading running average" in out and "Episode Reward" in out
 
 
 def test_subproc_vec_env_fails_clearly(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from torch.nn import functional as F
 from sb3_async.common.async_algorithm import check_float, check_int
 from sb3_async.common.hogwild import HogwildAlgorithm, HogwildWorker, HogwildWorkerConfig, stack_steps, tensor_obs
 from sb3_async.common.policies import A3CCnnPolicy, SoftplusGaussianPolicy
-from sb3_async.common.returns import nstep_returns
+from sb3_async.common.returns import gae_advantages, nstep_returns
 from sb3_async.common.runtime import WorkerContext, WorkerSpec
 from sb3_async.common.torch_utils import sample_actions, to_tensor
 
@@ -27,6 +27,9 @@ class _A3CWorkerConfig(HogwildWorkerConfig):
     ent_coef: float
     vf_coef: float
     normalize_advantage: bool
+    gae_lambda: float
+    use_sde: bool
+    sde_sample_freq: int
 
 
 def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
@@ -37,7 +40,14 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     low, high = (cfg.action_space.low, cfg.action_space.high) if isinstance(cfg.action_space, spaces.Box) else (None, None)
     discrete = isinstance(cfg.action_space, spaces.Discrete)
 
+    steps_since_noise = 0
+
     def act(obs: Any) -> np.ndarray:
+        nonlocal steps_since_noise
+        # gSDE: new exploration noise every sde_sample_freq steps (SB3's A2C), else once per segment (below)
+        if cfg.use_sde and cfg.sde_sample_freq > 0 and steps_since_noise % cfg.sde_sample_freq == 0:
+            local.reset_noise(cfg.n_envs)
+        steps_since_noise += 1
         return sample_actions(local, obs)
 
     def terminal_value(obs: Any) -> np.ndarray:
@@ -49,17 +59,24 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
 
     while not ctx.should_stop():
         worker.synchronize()  # θ' = θ
+        if cfg.use_sde:  # SB3's A2C samples gSDE noise at the start of each rollout
+            local.reset_noise(cfg.n_envs)
+            steps_since_noise = 0
         segment = worker.collect(act, terminal_value, env_action)
         last_values = terminal_value(segment.next_obs)  # V(s_t; θ'_v), or 0 for a terminal s_t (via dones)
-        returns = torch.as_tensor(
-            nstep_returns(np.stack(segment.rewards), np.stack(segment.dones), last_values, cfg.gamma)
-        ).flatten()
         batch_actions = torch.as_tensor(stack_steps(segment.actions))
         if discrete:
             batch_actions = batch_actions.long().flatten()
         values, log_prob, entropy = local.evaluate_actions(tensor_obs(segment.obs), batch_actions)
         values = values.flatten()
-        advantages = returns - values.detach()
+        rewards, dones = np.stack(segment.rewards), np.stack(segment.dones)
+        if cfg.gae_lambda == 1.0:  # the paper's n-step returns, exactly
+            returns = torch.as_tensor(nstep_returns(rewards, dones, last_values, cfg.gamma)).flatten()
+            advantages = returns - values.detach()
+        else:
+            segment_values = values.detach().numpy().reshape(rewards.shape)
+            gae, gae_returns = gae_advantages(rewards, segment_values, dones, last_values, cfg.gamma, cfg.gae_lambda)
+            advantages, returns = torch.as_tensor(gae).flatten(), torch.as_tensor(gae_returns).flatten()
         if cfg.normalize_advantage and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         policy_loss = -(advantages * log_prob).mean()  # ∇ log π(a_i|s_i; θ') (R - V(s_i; θ'_v))
@@ -89,12 +106,18 @@ class A3C(HogwildAlgorithm):
         LogUniform(1e-4, 1e-2) and anneals it to 0: pass ``stable_baselines3.common.utils.LinearSchedule``)
     :param n_steps: t_max, steps per update; 5 from the paper (supp. §2)
     :param gamma: discount factor; 0.99 from the paper (supp. §2)
+    :param gae_lambda: λ of Generalized Advantage Estimation (Schulman et al. 2016) for the advantages and value
+        targets; 1.0 (default) gives the paper's n-step returns exactly; the zoo's A2C recipes for continuous control
+        use 0.9
     :param ent_coef: entropy regularization β; 0.01 from the paper (supp. §2; 1e-4 for its continuous tasks)
     :param vf_coef: weight of the value loss; 0.5 as SB3's A2C
     :param max_grad_norm: gradient-norm clipping of each worker's gradient (None: off); 0.5 as SB3's A2C
     :param n_workers: actor-learner processes; default the CPU count (the paper: 16 threads)
     :param n_envs_per_worker: envs per worker stepped together, one batched forward pass per step (1 in the paper)
     :param normalize_advantage: normalize advantages per update (not in the paper)
+    :param use_sde: generalized State-Dependent Exploration (gSDE, Raffin et al. 2021) instead of action noise, as
+        SB3's A2C (``MlpPolicy`` on a ``Box`` action space; not in the paper); off by default
+    :param sde_sample_freq: new gSDE noise every this many steps of a worker; -1 (default, as SB3): once per segment
     :param optimizer: ``"shared_rmsprop"`` (paper default), ``"rmsprop"`` (per-worker statistics) or ``"sgd"``
         (momentum SGD), the three methods of supp. §1
     :param optimizer_kwargs: for the optimizer (see :class:`~sb3_async.common.optimizers.SharedRMSprop`:
@@ -131,6 +154,9 @@ class A3C(HogwildAlgorithm):
         n_workers: int | None = None,
         n_envs_per_worker: int = 1,
         normalize_advantage: bool = False,
+        gae_lambda: float = 1.0,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
         optimizer: str = "shared_rmsprop",
         optimizer_kwargs: dict[str, Any] | None = None,
         backend: str = "mp",
@@ -148,6 +174,12 @@ class A3C(HogwildAlgorithm):
         self.ent_coef = check_float("ent_coef", ent_coef)
         self.vf_coef = check_float("vf_coef", vf_coef)
         self.normalize_advantage = bool(normalize_advantage)
+        self.gae_lambda = check_float("gae_lambda", gae_lambda, 0.0, 1.0)
+        if not isinstance(use_sde, (bool, np.bool_)):
+            raise TypeError(f"Invalid use_sde={use_sde!r}: expected a bool")
+        sde_sample_freq = check_int("sde_sample_freq", sde_sample_freq, minimum=-1)
+        if use_sde:  # SB3's OnPolicyAlgorithm passes it to the policy the same way
+            policy_kwargs = {**(policy_kwargs or {}), "use_sde": True}
         super().__init__(
             policy,
             env,
@@ -167,6 +199,7 @@ class A3C(HogwildAlgorithm):
             optimizer_kwargs=optimizer_kwargs,
             max_grad_norm=max_grad_norm,
         )
+        self.use_sde, self.sde_sample_freq = bool(use_sde), sde_sample_freq  # after BaseAlgorithm's defaults
         if _init_setup_model:
             self._setup_model()
 
@@ -175,6 +208,8 @@ class A3C(HogwildAlgorithm):
         policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs)
         if not isinstance(policy, ActorCriticPolicy):
             raise TypeError(f"Invalid policy={self.policy_class.__name__}: A3C needs an ActorCriticPolicy subclass")
+        if self.use_sde and not policy.use_sde:
+            raise ValueError(f"Invalid use_sde=True: {self.policy_class.__name__} has no gSDE head (use 'MlpPolicy')")
         self.policy = policy.to(torch.device("cpu"))
         self._setup_optimizer()
 
@@ -184,5 +219,8 @@ class A3C(HogwildAlgorithm):
             ent_coef=self.ent_coef,
             vf_coef=self.vf_coef,
             normalize_advantage=self.normalize_advantage,
+            gae_lambda=self.gae_lambda,
+            use_sde=self.use_sde,
+            sde_sample_freq=self.sde_sample_freq,
         )
         return [WorkerSpec(_a3c_worker, cfg, self._hogwild_shared(), name=f"a3c-{rank}") for rank in range(self.n_workers)]

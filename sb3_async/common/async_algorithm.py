@@ -27,9 +27,16 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.utils import safe_mean
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
 from sb3_async.common.env_util import EnvRecipe, WorkerEnvsView
+from sb3_async.common.normalization import (
+    attach_statistics,
+    load_statistics_state,
+    share_statistics,
+    statistics_state,
+    vec_normalizes,
+)
 from sb3_async.common.runtime import BACKENDS, START_METHODS, Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
 
 SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
@@ -190,6 +197,7 @@ class AsyncAlgorithm(BaseAlgorithm):
         learning_rate = check_learning_rate(learning_rate)
 
         self._env_recipe: EnvRecipe | None = None
+        self._normalization_state: dict[str, Any] | None = None  # VecNormalize statistics saved with the model
         self._given_env_recipe: EnvRecipe | None = None
         template: GymEnv | None = None
         if env is not None:
@@ -253,6 +261,7 @@ class AsyncAlgorithm(BaseAlgorithm):
 
         check_for_correct_spaces(wrapped, self.observation_space, self.action_space)
         self._env_recipe = self._given_env_recipe = recipe
+        self._vec_normalize_env = unwrap_vec_normalize(wrapped)
         self.env = WorkerEnvsView(wrapped, self.n_envs_total)
         self.n_envs = self.n_envs_total
         if force_reset:
@@ -277,7 +286,52 @@ class AsyncAlgorithm(BaseAlgorithm):
         if self.env is None:
             if self._env_recipe is None:
                 raise ValueError("This model has no env: pass one to load(path, env=...) or set_env(env) before learn()")
-            self.env = WorkerEnvsView(self._wrap_env(self._env_recipe.make_env(), self.verbose), self.n_envs_total)
+            recipe = self._env_recipe
+            template = self._wrap_env(recipe.make_vec_env(1) if recipe.normalizes else recipe.make_env(), self.verbose)
+            self._vec_normalize_env = unwrap_vec_normalize(template)
+            if self._vec_normalize_env is not None and self._normalization_state is not None:
+                load_statistics_state(self._vec_normalize_env, self._normalization_state)
+            self.env = WorkerEnvsView(template, self.n_envs_total)
+
+    # --- normalization statistics shared by the workers (sb3_async.common.normalization) -----------------------
+
+    def get_vec_normalize_env(self) -> VecNormalize | None:
+        """The ``VecNormalize`` of the training env (live shared statistics during ``learn()``); for a model loaded
+        without an env, one rebuilt from the saved env and statistics."""
+        if (
+            self._vec_normalize_env is None
+            and self.env is None
+            and self._env_recipe is not None
+            and self._env_recipe.normalizes
+        ):
+            self._ensure_env()
+        return self._vec_normalize_env
+
+    def _main_vec_normalizes(self) -> list[VecNormalize]:
+        found = [*vec_normalizes(self.env), *([self._vec_normalize_env] if self._vec_normalize_env is not None else [])]
+        return list({id(venv): venv for venv in found}.values())
+
+    def _share_normalization(self, n_writers: int) -> dict[str, Any] | None:
+        """Shared statistics with one slot per worker (rank ``i`` writes slot ``i + 1``), or None without VecNormalize."""
+        venv = self._vec_normalize_env
+        if venv is None or self._env_recipe is None or not self._env_recipe.normalizes:
+            return None
+        shared = share_statistics(venv, n_writers)
+        for main_venv in self._main_vec_normalizes():
+            attach_statistics(main_venv, shared, slot=None)
+        return shared
+
+    def _detach_normalization(self) -> None:
+        if self._vec_normalize_env is None:
+            return
+        state = statistics_state(self._vec_normalize_env)
+        for venv in self._main_vec_normalizes():
+            load_statistics_state(venv, state)
+
+    def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
+        if self._vec_normalize_env is not None:
+            self._normalization_state = statistics_state(self._vec_normalize_env)
+        super().save(path, exclude, include)
 
     def learn(
         self: SelfAsyncAlgorithm,
@@ -306,8 +360,11 @@ class AsyncAlgorithm(BaseAlgorithm):
         self._share_state()
         specs = self._worker_specs()
         latest_obs = _shared_obs_buffer(self.observation_space, self.n_envs)
+        normalization = self._share_normalization(len(specs))
         for spec in specs:
             spec.shared["latest_obs"] = latest_obs
+            if normalization is not None:
+                spec.shared["normalization"] = normalization
         runtime = self._runtime = make_runtime(self.backend, self.start_method)
         try:
             runtime.start(specs, worker_seed(self.seed), self.num_timesteps, total_timesteps)
@@ -315,6 +372,7 @@ class AsyncAlgorithm(BaseAlgorithm):
         finally:
             self._runtime = None
             runtime.close()
+            self._detach_normalization()
         callback.on_training_end()
         return self
 

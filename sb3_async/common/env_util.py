@@ -3,8 +3,9 @@
 Users pass an env the way they do to SB3: an env id, a factory, a ``gym.Env`` or a ``VecEnv``. Workers cannot share
 the main process' env, so :class:`EnvRecipe` records how to build more of it: rebuild from the id or the factory,
 else clone the env by (cloud)pickling. A ``VecEnv`` is taken apart into one env to clone plus the ``VecEnvWrapper``
-stack to re-apply (``VecFrameStack``, ``VecMonitor``, ``VecTransposeImage``). Anything else fails at construction
-with an error that says what to pass instead.
+stack to re-apply (``VecFrameStack``, ``VecMonitor``, ``VecTransposeImage``, and ``VecNormalize``, whose
+statistics the workers share: :mod:`sb3_async.common.normalization`). Anything else fails at construction with an
+error that says what to pass instead.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from stable_baselines3.common.vec_env import (
     VecTransposeImage,
 )
 from stable_baselines3.common.vec_env.util import dict_to_obs
+
+from sb3_async.common.normalization import attach_statistics, vec_normalize_options, vec_normalizes
 
 _WHAT_TO_PASS = (
     "Pass an env id (e.g. 'CartPole-v1'), a picklable factory (e.g. `lambda: gym.make('CartPole-v1')`), "
@@ -138,13 +141,11 @@ class EnvRecipe:
     def _from_vec_env(self, venv: VecEnv) -> None:
         wrappers: list[tuple[type, dict[str, Any]]] = []
         while isinstance(venv, VecEnvWrapper):
-            if isinstance(venv, VecNormalize):
-                raise TypeError(
-                    "VecNormalize cannot be given to workers: each worker would keep its own statistics. "
-                    "Normalize inside the env instead (gymnasium.wrappers.NormalizeObservation / NormalizeReward). "
-                    + _WHAT_TO_PASS
-                )
-            if isinstance(venv, VecFrameStack):
+            if isinstance(venv, VecNormalize):  # rebuilt with the same options; statistics shared at learn()
+                if any(cls is VecNormalize for cls, _ in wrappers):
+                    raise TypeError("Only one VecNormalize can be given to workers (their statistics are shared)")
+                wrappers.append((VecNormalize, vec_normalize_options(venv)))
+            elif isinstance(venv, VecFrameStack):
                 wrappers.append(_rebuild_frame_stack(venv))
             elif isinstance(venv, VecMonitor):
                 wrappers.append((VecMonitor, {}))
@@ -178,14 +179,27 @@ class EnvRecipe:
             env = Monitor(env)
         return env
 
-    def make_vec_env(self, n_envs: int, seed: int | None = None) -> VecEnv:
-        """``n_envs`` copies in a ``DummyVecEnv`` with the recorded wrappers, as SB3 would wrap it for the policy."""
+    @property
+    def normalizes(self) -> bool:
+        """Whether the recorded wrappers include a ``VecNormalize``."""
+        return any(cls is VecNormalize for cls, _ in self.vec_wrappers)
+
+    def make_vec_env(
+        self, n_envs: int, seed: int | None = None, shared_statistics: dict[str, Any] | None = None, slot: int | None = None
+    ) -> VecEnv:
+        """``n_envs`` copies in a ``DummyVecEnv`` with the recorded wrappers, as SB3 would wrap it for the policy.
+
+        :param shared_statistics: a ``VecNormalize`` among the wrappers uses these shared statistics
+            (:func:`~sb3_async.common.normalization.share_statistics`), updating slot ``slot``; None: its own
+        """
         venv: VecEnv = WorkerVecEnv([self.make_env for _ in range(n_envs)])
         if seed is not None:
             venv.seed(seed)
             venv.action_space.seed(seed)
         for cls, kwargs in self.vec_wrappers:
             venv = cls(venv, **kwargs)
+            if cls is VecNormalize and shared_statistics is not None:
+                attach_statistics(venv, shared_statistics, slot)  # type: ignore[arg-type]
         return BaseAlgorithm._wrap_env(venv)
 
 
@@ -225,7 +239,15 @@ class WorkerEnvsView(VecEnv):
         return [i % self.template.num_envs for i in self._get_indices(indices)]
 
     def reset(self) -> Any:
-        obs = self.template.reset()
+        # The main process never updates normalization statistics: only the workers' own steps do.
+        frozen = [venv for venv in vec_normalizes(self.template) if venv.training]
+        for venv in frozen:
+            venv.training = False
+        try:
+            obs = self.template.reset()
+        finally:
+            for venv in frozen:
+                venv.training = True
         reps = int(np.ceil(self.num_envs / self.template.num_envs))
         if isinstance(obs, dict):
             return {key: np.concatenate([value] * reps)[: self.num_envs] for key, value in obs.items()}

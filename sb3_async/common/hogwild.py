@@ -88,7 +88,9 @@ class HogwildWorker:
         self, ctx: WorkerContext, cfg: HogwildWorkerConfig, local_module: Callable[[Any], nn.Module] = lambda policy: policy
     ):
         self.ctx, self.cfg = ctx, cfg
-        self.env = cfg.env_recipe.make_vec_env(cfg.n_envs, seed=ctx.base_seed + ctx.rank * cfg.n_envs)
+        self.env = cfg.env_recipe.make_vec_env(
+            cfg.n_envs, ctx.base_seed + ctx.rank * cfg.n_envs, ctx.shared.get("normalization"), slot=ctx.rank + 1
+        )
         self.policy = build_worker_policy(
             cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule, cfg.policy_kwargs
         )

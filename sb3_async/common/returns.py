@@ -47,6 +47,58 @@ def nstep_returns(rewards: np.ndarray, dones: np.ndarray, last_values: np.ndarra
     return returns
 
 
+def gae_advantages(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    dones: np.ndarray,
+    last_values: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Generalized Advantage Estimation (Schulman et al. 2016, https://arxiv.org/abs/1506.02438, eq. 16) of a
+    rollout segment, SB3's ``RolloutBuffer.compute_returns_and_advantage`` in this module's ``dones`` convention:
+
+    .. math::
+        \delta_t = r_t + \gamma (1 - d_t) V(s_{t+1}) - V(s_t), \qquad
+        \hat A_t = \delta_t + \gamma \lambda (1 - d_t) \hat A_{t+1}, \qquad \hat R_t = \hat A_t + V(s_t)
+
+    with ``V(s_T)`` = ``last_values`` after the segment and ``d_t`` = ``dones[t]`` (a time-limit truncation's
+    ``γ V(s_terminal)`` is already in its reward). ``gae_lambda = 1`` gives the n-step advantage ``R_t - V(s_t)`` of
+    :func:`nstep_returns` (up to float rounding; A3C calls :func:`nstep_returns` itself for λ = 1).
+
+    :param rewards: ``(n_steps, n_envs)``
+    :param values: ``(n_steps, n_envs)`` ``V(s_t)`` of the segment's states
+    :param dones: ``(n_steps, n_envs)``, True where the episode ended at that step
+    :param last_values: ``(n_envs,)`` ``V(s_T)`` of the state after the segment
+    :param gamma: discount factor γ
+    :param gae_lambda: λ in [0, 1], the bias-variance trade-off (0: one-step TD advantage, 1: n-step return)
+    :return: ``(advantages, returns)``, each ``(n_steps, n_envs)`` float32
+    """
+    rewards = np.asarray(rewards, dtype=np.float32)
+    values = np.asarray(values, dtype=np.float32)
+    dones = np.asarray(dones, dtype=bool)
+    last_values = np.asarray(last_values, dtype=np.float32)
+    if (
+        rewards.ndim != 2
+        or values.shape != rewards.shape
+        or dones.shape != rewards.shape
+        or last_values.shape != rewards.shape[1:]
+    ):
+        raise ValueError(
+            f"Shapes do not match: rewards {rewards.shape}, values {values.shape}, dones {dones.shape}, "
+            f"last_values {last_values.shape}; expected (n_steps, n_envs) for the first three and (n_envs,)"
+        )
+    not_done = 1.0 - dones.astype(np.float32)
+    advantages = np.empty_like(rewards)
+    next_values, running = last_values, np.zeros_like(last_values)
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        delta = rewards[t] + gamma * not_done[t] * next_values - values[t]
+        running = delta + gamma * gae_lambda * not_done[t] * running
+        advantages[t] = running
+        next_values = values[t]
+    return advantages, (advantages + values).astype(np.float32)
+
+
 def bootstrap_truncated_rewards(
     rewards: np.ndarray, truncated: np.ndarray, terminal_values: np.ndarray, gamma: float
 ) -> np.ndarray:
