@@ -29,6 +29,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import safe_mean
 from stable_baselines3.common.vec_env import VecEnv
 
+from sb3_async.common.callbacks import frozen_evaluations
 from sb3_async.common.env_util import EnvRecipe, WorkerEnvsView
 from sb3_async.common.runtime import BACKENDS, START_METHODS, Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
 
@@ -156,6 +157,8 @@ class AsyncAlgorithm(BaseAlgorithm):
     :param seed: base seed; worker ``i`` uses ``seed + i``
     :param device: device of the main process' networks; workers always run on CPU
     :param supported_action_spaces: action spaces the algorithm accepts
+    :param pause_for_eval: park the workers while an ``EvalCallback`` evaluates inside ``learn()``, so it scores and
+        saves one frozen policy, as with SB3's algorithms (default True; False: evaluations run while workers train)
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {}
@@ -177,7 +180,11 @@ class AsyncAlgorithm(BaseAlgorithm):
         seed: int | None = None,
         device: torch.device | str = "auto",
         supported_action_spaces: tuple[type[spaces.Space], ...] | None = None,
+        pause_for_eval: bool = True,
     ):
+        if not isinstance(pause_for_eval, bool):
+            raise TypeError(f"Invalid pause_for_eval={pause_for_eval!r}: expected True or False")
+        self.pause_for_eval = pause_for_eval
         self.n_workers = check_int("n_workers", (os.cpu_count() or 1) if n_workers is None else n_workers)
         self.n_envs_per_worker = check_int("n_envs_per_worker", n_envs_per_worker)
         if backend not in BACKENDS:
@@ -309,7 +316,8 @@ class AsyncAlgorithm(BaseAlgorithm):
         runtime = self._runtime = make_runtime(self.backend, self.start_method)
         try:
             runtime.start(specs, worker_seed(self.seed), self.num_timesteps, total_timesteps)
-            self._supervise(runtime, callback, total_timesteps, log_interval, latest_obs)
+            with frozen_evaluations(self, callback):  # EvalCallbacks score a frozen policy (pause_for_eval)
+                self._supervise(runtime, callback, total_timesteps, log_interval, latest_obs)
         finally:
             self._runtime = None
             runtime.close()
