@@ -308,8 +308,9 @@ def run(spec: RunSpec, workdir: Path) -> dict[str, Any]:
     final_policy = None
     if spec.final_eval_episodes:  # the model learn() returned, on a fresh eval env (workers stopped: nothing moves)
         final_env = manager.create_envs(1, eval_env=True)
-        if model.get_vec_normalize_env() is not None:
-            sync_envs_normalization(model.get_env(), final_env)
+        train_env = model.get_env()
+        if train_env is not None and model.get_vec_normalize_env() is not None:
+            sync_envs_normalization(train_env, final_env)
         final_rewards, _ = evaluate_policy(
             model, final_env, n_eval_episodes=spec.final_eval_episodes, deterministic=True, return_episode_rewards=True
         )
