@@ -53,7 +53,7 @@ class HashingEval(EvalCallback):
             while runtime.steps() == steps_before and time.monotonic() < deadline:
                 time.sleep(0.01)
         else:
-            time.sleep(0.2)  # room for workers that were not parked to move
+            time.sleep(0.1)  # room for workers that were not parked to move
         self.eval_env.seed(EVAL_SEED)
         continue_training = super()._on_step()
         self.records.append(
@@ -81,7 +81,7 @@ def eval_env():
 def test_evaluations_see_frozen_parameters_and_best_model_reproduces(tmp_path, model_class):
     model = model_class("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=2, seed=0)
     callback = HashingEval(eval_env(), eval_freq=500, n_eval_episodes=3, best_model_save_path=str(tmp_path))
-    model.learn(8000, callback=callback)
+    model.learn(6000, callback=callback)
 
     records = callback.records
     assert len(records) >= 3
@@ -115,12 +115,22 @@ def test_threshold_stop_inside_chain_returns_the_evaluated_model():
     assert model.num_timesteps < 1_000_000
 
 
+class _StopAfterEvaluations(BaseCallback):
+    def __init__(self, evaluation: HashingEval, n: int):
+        super().__init__()
+        self.evaluation, self.n = evaluation, n
+
+    def _on_step(self) -> bool:
+        return len(self.evaluation.records) < self.n
+
+
 def test_opt_out_lets_workers_train_during_evaluations():
     model = AsyncNStepQ("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=2, seed=0, pause_for_eval=False)
-    callback = HashingEval(eval_env(), eval_freq=500, n_eval_episodes=2, wait_for_workers=True)
-    model.learn(6000, callback=callback)
-    assert callback.records
-    for record in callback.records[:-1]:  # the last one may come after the workers finished their budget
+    evaluation = HashingEval(eval_env(), eval_freq=250, n_eval_episodes=2, wait_for_workers=True)
+    stop = _StopAfterEvaluations(evaluation, 3)  # stops well before the budget: the workers are live at every evaluation
+    model.learn(1_000_000, callback=CallbackList([evaluation, stop]))
+    assert len(evaluation.records) == 3
+    for record in evaluation.records:
         assert record["steps_after"] > record["steps_before"]
         assert record["after"] != record["before"]
 
