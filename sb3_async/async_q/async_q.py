@@ -141,7 +141,8 @@ class AsyncQLearning(HogwildAlgorithm):
         ``"MultiInputPolicy"`` or a ``DQNPolicy`` class
     :param env: env id, factory, ``gym.Env`` or ``VecEnv`` with a ``Discrete`` action space
     :param learning_rate: learning rate or schedule of global progress; 7e-4, inside the paper's LogUniform(1e-4, 1e-2)
-        (the paper anneals it to 0: pass a linear schedule)
+        (the paper anneals it to 0: pass a linear schedule, as the zoo configs do; with a constant rate the model
+        ``learn()`` returns is a snapshot of a still-oscillating learner, docs/benchmarks.md "final_policy")
     :param n_steps: t_max = I_AsyncUpdate, steps per asynchronous update; 5 from the paper (supp. §2)
     :param gamma: discount factor; 0.99 from the paper (supp. §2)
     :param target_update_interval: global env steps between two refreshes of the shared target network θ⁻;
