@@ -238,7 +238,10 @@ def _protocol(results: dict[str, Any]) -> list[str]:
     budget = suite["budget_seconds"]
     max_steps = suite["max_steps"]
     threads = suite["torch_threads"]
-    sources = sorted({(run["algo"], run["library"], run.get("hyperparameters_source")) for run in results["runs"]})
+    sources = sorted(
+        {(run["algo"], run["library"], run.get("hyperparameters_source")) for run in results["runs"]},
+        key=lambda item: tuple(str(value) for value in item),  # a crashed run's source is None
+    )
     lines = [
         "## Protocol",
         "",
