@@ -1,7 +1,10 @@
 """SB3 callbacks and logging behave as with A2C."""
 
+import time
+
 import gymnasium as gym
 import numpy as np
+import torch
 from stable_baselines3.common.callbacks import (
     BaseCallback,
     CallbackList,
@@ -13,6 +16,7 @@ from stable_baselines3.common.callbacks import (
 from stable_baselines3.common.logger import configure
 
 from sb3_async import A3C
+from sb3_async.common.runtime import Runtime
 
 
 class Recorder(BaseCallback):
@@ -178,3 +182,50 @@ def test_pause_workers_freezes_steps_and_parameters():
     assert model.num_timesteps >= 6000  # workers resumed after the block
     with model.pause_workers():  # outside learn(): nothing to pause
         pass
+
+
+class _BacklogRuntime(Runtime):
+    """A finished run whose main process fell far behind: every episode arrives in one message."""
+
+    def __init__(self, n_envs: int, episodes: int, steps: int):
+        entries = [(i % n_envs, {"episode": {"r": float(i), "l": 1, "t": 0.0}}) for i in range(episodes)]
+        self._messages, self._steps = [(0, "stats", {"episodes": entries, "train": {}})], steps
+
+    def start(self, specs, seed, start_timesteps, total_timesteps):
+        pass
+
+    def poll(self, timeout):
+        messages, self._messages = self._messages, []
+        return messages
+
+    def steps(self):
+        return self._steps
+
+    def running(self):
+        return False
+
+    def request_stop(self):
+        pass
+
+    def pause(self, timeout=30.0):
+        pass
+
+    def resume(self):
+        pass
+
+    def close(self, timeout=5.0):
+        pass
+
+
+def test_a_backlog_of_episodes_drains_in_linear_time():
+    """Each callback step shows at most one episode per env; 40,000 queued episodes must not cost O(backlog²)
+    (a run once sat 18 minutes in this loop after its workers had finished)."""
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=2, seed=0)
+    recorder = Recorder()
+    total, callback = model._setup_learn(40_000, recorder, True, "A3C", False)
+    callback.on_training_start(locals(), globals())
+    latest_obs = np.zeros((4, 4), dtype=np.float32)
+    start = time.monotonic()
+    model._supervise(_BacklogRuntime(4, 40_000, steps=40_000), callback, total, 100, torch.from_numpy(latest_obs))
+    assert time.monotonic() - start < 30  # about 1 s; the quadratic scan took minutes
+    assert recorder.episodes == 40_000 == model._episode_num  # 10,000 steps of 4 envs: every env done at every step

@@ -124,6 +124,8 @@ class A3C(HogwildAlgorithm):
         ``alpha=0.99`` from the paper, ``eps``, ``initial_square_avg``)
     :param backend: ``"mp"`` (processes on this machine)
     :param start_method: ``"forkserver"``, ``"spawn"`` or ``"fork"``
+    :param pause_for_eval: park the workers while an ``EvalCallback`` evaluates inside ``learn()``, so it scores and
+        saves one frozen policy as with SB3's algorithms (default True; False: evaluations run while workers train)
     :param stats_window_size: episodes averaged for ``rollout/`` logging
     :param tensorboard_log: TensorBoard log folder
     :param policy_kwargs: passed to the policy
@@ -161,6 +163,7 @@ class A3C(HogwildAlgorithm):
         optimizer_kwargs: dict[str, Any] | None = None,
         backend: str = "mp",
         start_method: str = "forkserver",
+        pause_for_eval: bool = True,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -188,6 +191,7 @@ class A3C(HogwildAlgorithm):
             n_envs_per_worker=n_envs_per_worker,
             backend=backend,
             start_method=start_method,
+            pause_for_eval=pause_for_eval,
             policy_kwargs=policy_kwargs,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,

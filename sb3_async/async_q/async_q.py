@@ -141,7 +141,8 @@ class AsyncQLearning(HogwildAlgorithm):
         ``"MultiInputPolicy"`` or a ``DQNPolicy`` class
     :param env: env id, factory, ``gym.Env`` or ``VecEnv`` with a ``Discrete`` action space
     :param learning_rate: learning rate or schedule of global progress; 7e-4, inside the paper's LogUniform(1e-4, 1e-2)
-        (the paper anneals it to 0: pass a linear schedule)
+        (the paper anneals it to 0: pass a linear schedule, as the zoo configs do; with a constant rate the model
+        ``learn()`` returns is a snapshot of a still-oscillating learner, docs/benchmarks.md "final_policy")
     :param n_steps: t_max = I_AsyncUpdate, steps per asynchronous update; 5 from the paper (supp. §2)
     :param gamma: discount factor; 0.99 from the paper (supp. §2)
     :param target_update_interval: global env steps between two refreshes of the shared target network θ⁻;
@@ -191,6 +192,7 @@ class AsyncQLearning(HogwildAlgorithm):
         optimizer_kwargs: dict[str, Any] | None = None,
         backend: str = "mp",
         start_method: str = "forkserver",
+        pause_for_eval: bool = True,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -223,6 +225,7 @@ class AsyncQLearning(HogwildAlgorithm):
             n_envs_per_worker=n_envs_per_worker,
             backend=backend,
             start_method=start_method,
+            pause_for_eval=pause_for_eval,
             policy_kwargs=policy_kwargs,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,

@@ -182,7 +182,7 @@ def plot_results(results: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     for env in envs:
         env_runs = [run for run in runs if run["env"] == env]
         threshold = float(env_runs[0]["threshold"]) if env_runs else math.nan
-        if kind in ("race", "scaling"):
+        if kind in ("race", "scaling", "final"):
             written[env] = plot_curves(env_runs, env, threshold, out_dir / f"{_safe(env)}.png")
         for algo in dict.fromkeys(run["algo"] for run in env_runs):
             algo_runs = [run for run in env_runs if run["algo"] == algo]

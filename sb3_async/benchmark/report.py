@@ -238,14 +238,22 @@ def _protocol(results: dict[str, Any]) -> list[str]:
     budget = suite["budget_seconds"]
     max_steps = suite["max_steps"]
     threads = suite["torch_threads"]
-    sources = sorted({(run["algo"], run["library"], run.get("hyperparameters_source")) for run in results["runs"]})
+    sources = sorted(
+        {(run["algo"], run["library"], run.get("hyperparameters_source")) for run in results["runs"]},
+        key=lambda item: tuple(str(value) for value in item),  # a crashed run's source is None
+    )
     lines = [
         "## Protocol",
         "",
         f"- every run in a fresh process, one at a time on the same cores, interleaved (for seed: for algorithm); "
         f"seeds {', '.join(map(str, suite['seeds']))}",
-        f"- deterministic evaluation of {suite['n_eval_episodes']} episodes every {suite['eval_interval']:,} env steps, "
-        "on an eval env built by the RL Zoo with the training env's wrappers; evaluation time is off the clock "
+        f"- deterministic evaluation of {suite['n_eval_episodes']} episodes every "
+        + (
+            f"n_timesteps / {suite['evals_per_run']} env steps (each run's interval in results.json), "
+            if suite.get("evals_per_run")
+            else f"{suite['eval_interval']:,} env steps, "
+        )
+        + "on an eval env built by the RL Zoo with the training env's wrappers; evaluation time is off the clock "
         "(the async algorithms' workers are parked meanwhile)",
         "- clock: wall-clock seconds from the start of `learn()` (worker start-up included), evaluations excluded; "
         "time to threshold = the clock at the first evaluation whose mean reaches the threshold",
@@ -463,7 +471,111 @@ def render_sweep(results: dict[str, Any], images: dict[str, str]) -> list[str]:
     return lines
 
 
-RENDERERS = {"race": render_race, "scaling": render_scaling, "sweep": render_sweep}
+def best_evaluation(run: dict[str, Any]) -> dict[str, float] | None:
+    """The evaluation point with the highest mean (the first of equals: what ``EvalCallback`` keeps)."""
+    curve = run.get("curve") or []
+    return max(curve, key=lambda point: point["mean"]) if curve else None
+
+
+def render_final(results: dict[str, Any], images: dict[str, str]) -> list[str]:
+    """The ``final`` kind: per seed, the score of the model ``learn()`` returned next to the best evaluation."""
+    runs = [run for run in results["runs"] if not run.get("error")]
+    stats = group_stats(results["runs"])
+    peers = _peers(results)
+    episodes = results["suite"].get("final_eval_episodes")
+    lines = []
+    for env in dict.fromkeys(stat.env for stat in stats):
+        env_stats = [stat for stat in stats if stat.env == env]
+        by_algo = {stat.algo: stat for stat in env_stats if stat.variant == "default"}
+        lines += [f"## {env}: the final policy against the best evaluation (threshold {env_stats[0].threshold:g})", ""]
+        summary = []
+        for stat in env_stats:
+            mine = [run for run in runs if run["env"] == env and run["algo"] == stat.algo and run["variant"] == stat.variant]
+            finals = [run["final_policy"]["mean"] for run in mine if run.get("final_policy")]
+            bests = [point["mean"] for point in map(best_evaluation, mine) if point is not None]
+            train = _median(run["train_seconds"] for run in mine)
+            peer_cells = [
+                f"{describe_ratio(train, _median(r['train_seconds'] for r in runs if r['env'] == env and r['algo'] == peer))}"
+                f" vs {peer}"
+                for peer in peers.get(stat.algo, ())
+                if peer in by_algo
+            ]
+            summary.append(
+                [
+                    f"{stat.label} ({stat.library})",
+                    fmt_number(_median(finals), 1),
+                    fmt_number(min(finals) if finals else None, 1),
+                    f"{sum(value >= 475 for value in finals)}/{len(finals)}",
+                    f"{sum(value >= 400 for value in finals)}/{len(finals)}",
+                    fmt_number(_median(bests), 1),
+                    fmt_seconds(stat.median_seconds),
+                    fmt_seconds(train),
+                    ", ".join(peer_cells) or "—",
+                    fmt_number(stat.steps_per_second),
+                ]
+            )
+        lines += _table(
+            [
+                "algorithm",
+                f"final policy: median ({episodes} episodes)",
+                "worst seed",
+                "seeds ≥ 475",
+                "seeds ≥ 400",
+                "best evaluation: median",
+                "median s to threshold",
+                "median training s (whole run)",
+                "training-time ratio",
+                "env steps/s",
+            ],
+            summary,
+        )
+        lines += [
+            "",
+            f"Final policy: the model `learn(n_timesteps)` returned, {episodes} deterministic episodes on a fresh eval "
+            "env. Best evaluation: the highest of the run's periodic evaluations (10 episodes each). "
+            "Training-time ratio: our median training clock for the whole run / the peer's (below 1: ours is faster).",
+            "",
+            "Per seed:",
+            "",
+        ]
+        per_seed = []
+        for run in sorted(runs, key=lambda r: (r["algo"], r["variant"], r["seed"])):
+            if run["env"] != env:
+                continue
+            best = best_evaluation(run)
+            final = run.get("final_policy") or {}
+            per_seed.append(
+                [
+                    run["algo"] if run["variant"] == "default" else f"{run['algo']} {run['variant']}",
+                    str(run["seed"]),
+                    "—" if not final else f"{final['mean']:.1f} ± {final['std']:.1f}",
+                    "—" if best is None else f"{best['mean']:.1f} at {best['steps']:,.0f}",
+                    fmt_number(run["curve"][-1]["mean"], 1) if run.get("curve") else "—",
+                    fmt_seconds(run["seconds_to_threshold"]),
+                    fmt_number(run["train_seconds"], 1),
+                    fmt_number(run["env_steps"]),
+                ]
+            )
+        lines += _table(
+            [
+                "algorithm",
+                "seed",
+                "final policy",
+                "best evaluation (env steps)",
+                "last evaluation",
+                "s to threshold",
+                "training s",
+                "env steps",
+            ],
+            per_seed,
+        )
+        lines.append("")
+        if env in images:
+            lines += [f"![{env}]({images[env]})", ""]
+    return lines
+
+
+RENDERERS = {"race": render_race, "scaling": render_scaling, "sweep": render_sweep, "final": render_final}
 
 
 def render_markdown(results: dict[str, Any], images: dict[str, str] | None = None) -> str:

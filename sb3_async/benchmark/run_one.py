@@ -284,10 +284,11 @@ def run(spec: RunSpec, workdir: Path) -> dict[str, Any]:
         emit(dict(kind="eval", total=total_timesteps, **point))
 
     emit(dict(kind="start", total=total_timesteps))
+    interval = spec.eval_interval if not spec.evals_per_run else max(1, total_timesteps // spec.evals_per_run)
     start = time.perf_counter()
     clock = EvalClock(
         eval_env,
-        spec.eval_interval,
+        interval,
         spec.n_eval_episodes,
         spec.threshold,
         spec.stop_at_threshold,
@@ -304,6 +305,17 @@ def run(spec: RunSpec, workdir: Path) -> dict[str, Any]:
         clock.evaluate(model)
         clock.curve[-1]["seconds"] = train_seconds  # the clock stopped when learn() returned
     final = clock.curve[-1]
+    final_policy = None
+    if spec.final_eval_episodes:  # the model learn() returned, on a fresh eval env (workers stopped: nothing moves)
+        final_env = manager.create_envs(1, eval_env=True)
+        train_env = model.get_env()
+        if train_env is not None and model.get_vec_normalize_env() is not None:
+            sync_envs_normalization(train_env, final_env)
+        final_rewards, _ = evaluate_policy(
+            model, final_env, n_eval_episodes=spec.final_eval_episodes, deterministic=True, return_episode_rewards=True
+        )
+        final_env.close()
+        final_policy = dict(mean=float(np.mean(final_rewards)), std=float(np.std(final_rewards)), rewards=final_rewards)
     with contextlib.suppress(Exception):
         model.env.close()  # type: ignore[union-attr]
     eval_env.close()
@@ -330,6 +342,8 @@ def run(spec: RunSpec, workdir: Path) -> dict[str, Any]:
         peak_pss_mb=memory.peak_pss / 2**20 if memory.peak_pss else None,
         stop_reason=clock.stop_reason or "max_steps",
         curve=clock.curve,
+        eval_interval_steps=interval,
+        final_policy=final_policy,
         error=None,
     )
 

@@ -102,6 +102,8 @@ def suite_info(suite: Suite, runs: Sequence[RunSpec]) -> dict[str, Any]:
         stop_at_threshold=suite.stop_at_threshold,
         device=first.device,
         torch_threads=first.torch_threads,
+        evals_per_run=suite.evals_per_run,
+        final_eval_episodes=suite.final_eval_episodes,
     )
 
 

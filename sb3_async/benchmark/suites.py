@@ -20,7 +20,7 @@ import numpy as np
 from sb3_async.benchmark.registry import ALGORITHMS, AlgorithmEntry, get_algorithm, get_env, peers_of
 
 #: How a suite's results are reported (see :mod:`sb3_async.benchmark.report`).
-KINDS = ("race", "scaling", "sweep")
+KINDS = ("race", "scaling", "sweep", "final")
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,10 @@ class Suite:
         2 cores (see docs/benchmarks.md, "Torch threads")
     :param evaluate_after_threshold: with ``stop_at_threshold=False``, keep evaluating every ``eval_interval``
         after the threshold is reached (False: only a final evaluation, fewer pauses of the workers)
+    :param evals_per_run: when set, each run evaluates every ``n_timesteps // evals_per_run`` env steps instead of
+        ``eval_interval`` (runs of different lengths, e.g. DQN's 50k and our 500k, get as many evaluations)
+    :param final_eval_episodes: when set, the model ``learn()`` returns is also evaluated for that many deterministic
+        episodes on a fresh eval env (the ``final`` kind's "final policy")
     """
 
     name: str
@@ -82,6 +86,8 @@ class Suite:
     n_eval_episodes: int = 10
     torch_threads: int | None = 1
     evaluate_after_threshold: bool = True
+    evals_per_run: int | None = None
+    final_eval_episodes: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -112,6 +118,8 @@ class RunSpec:
     device: str = "cpu"
     torch_threads: int | None = 1
     evaluate_after_threshold: bool = True
+    evals_per_run: int | None = None
+    final_eval_episodes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -234,6 +242,8 @@ def plan_runs(
                             device=device,
                             torch_threads=threads,
                             evaluate_after_threshold=suite.evaluate_after_threshold,
+                            evals_per_run=suite.evals_per_run,
+                            final_eval_episodes=suite.final_eval_episodes,
                         )
                     )
     if not runs:
@@ -361,5 +371,19 @@ register_suite(
         stop_at_threshold=False,
         include_peers=False,
         variants=optimizer_variants,
+    )
+)
+register_suite(
+    Suite(
+        "final_policy",
+        "CartPole-v1, the policy a user ends with: the model learn(n_timesteps) returns (20 deterministic episodes) "
+        "next to the best of 10 evaluations, ours against their SB3 peers, 5 seeds",
+        "final",
+        ("CartPole-v1",),
+        seeds=5,
+        stop_at_threshold=False,  # the whole n_timesteps of the config: the policy learn() returns is the point
+        evals_per_run=10,
+        final_eval_episodes=20,
+        algos=("async_one_step_q", "async_sarsa", "async_n_step_q"),
     )
 )

@@ -29,6 +29,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import safe_mean
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
+from sb3_async.common.callbacks import frozen_evaluations
 from sb3_async.common.env_util import EnvRecipe, WorkerEnvsView
 from sb3_async.common.normalization import (
     attach_statistics,
@@ -163,6 +164,8 @@ class AsyncAlgorithm(BaseAlgorithm):
     :param seed: base seed; worker ``i`` uses ``seed + i``
     :param device: device of the main process' networks; workers always run on CPU
     :param supported_action_spaces: action spaces the algorithm accepts
+    :param pause_for_eval: park the workers while an ``EvalCallback`` evaluates inside ``learn()``, so it scores and
+        saves one frozen policy, as with SB3's algorithms (default True; False: evaluations run while workers train)
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {}
@@ -184,7 +187,11 @@ class AsyncAlgorithm(BaseAlgorithm):
         seed: int | None = None,
         device: torch.device | str = "auto",
         supported_action_spaces: tuple[type[spaces.Space], ...] | None = None,
+        pause_for_eval: bool = True,
     ):
+        if not isinstance(pause_for_eval, bool):
+            raise TypeError(f"Invalid pause_for_eval={pause_for_eval!r}: expected True or False")
+        self.pause_for_eval = pause_for_eval
         self.n_workers = check_int("n_workers", (os.cpu_count() or 1) if n_workers is None else n_workers)
         self.n_envs_per_worker = check_int("n_envs_per_worker", n_envs_per_worker)
         if backend not in BACKENDS:
@@ -368,7 +375,8 @@ class AsyncAlgorithm(BaseAlgorithm):
         runtime = self._runtime = make_runtime(self.backend, self.start_method)
         try:
             runtime.start(specs, worker_seed(self.seed), self.num_timesteps, total_timesteps)
-            self._supervise(runtime, callback, total_timesteps, log_interval, latest_obs)
+            with frozen_evaluations(self, callback):  # EvalCallbacks score a frozen policy (pause_for_eval)
+                self._supervise(runtime, callback, total_timesteps, log_interval, latest_obs)
         finally:
             self._runtime = None
             runtime.close()
@@ -407,14 +415,19 @@ class AsyncAlgorithm(BaseAlgorithm):
         the workers take after that (the end of their last segment) are counted once they have finished."""
         n_envs = self.n_envs
         start = self.num_timesteps
-        pending: deque[tuple[int, dict[str, Any]]] = deque()
+        # Episodes the workers reported, per env, oldest first: each callback step shows at most one per env (SB3's
+        # `dones` are per env), so a backlog drains in O(n_envs) per step, however far the main process lags behind.
+        pending: list[deque[dict[str, Any]]] = [deque() for _ in range(n_envs)]
+        waiting: set[int] = set()
         iteration_steps = self._iteration_steps()
         next_log = start + iteration_steps * log_interval
         self._train_stats = {}
         while True:
             for rank, kind, data in runtime.poll(timeout=0.02):
                 if kind == "stats":
-                    pending.extend(data["episodes"])
+                    for env_index, entry in data["episodes"]:
+                        pending[env_index].append(entry)
+                        waiting.add(env_index)
                     if data["train"]:
                         self._train_stats[rank] = data["train"]
                 else:
@@ -427,15 +440,11 @@ class AsyncAlgorithm(BaseAlgorithm):
                 self.num_timesteps = min(self.num_timesteps + n_envs, target) if finished else self.num_timesteps + n_envs
                 dones = np.zeros(n_envs, dtype=bool)
                 infos: list[dict[str, Any]] = [{} for _ in range(n_envs)]
-                held: list[tuple[int, dict[str, Any]]] = []
-                while pending:
-                    env_index, entry = pending.popleft()
-                    if dones[env_index]:
-                        held.append((env_index, entry))
-                        continue
+                for env_index in list(waiting):
                     dones[env_index] = True
-                    infos[env_index] = entry
-                pending.extendleft(reversed(held))
+                    infos[env_index] = pending[env_index].popleft()
+                    if not pending[env_index]:
+                        waiting.discard(env_index)
                 self._update_info_buffer(infos, dones)
                 self._episode_num += int(dones.sum())
                 callback.update_locals(dict(dones=dones, infos=infos, new_obs=new_obs, rewards=None))
@@ -451,7 +460,7 @@ class AsyncAlgorithm(BaseAlgorithm):
                 break
         # Episodes that ended in the workers' last segments (after the last callback) still count in the rollout
         # statistics, and their steps in num_timesteps; _episode_num stays the count the callbacks saw.
-        self._update_info_buffer([entry for _, entry in pending])
+        self._update_info_buffer([entry for queue in pending for entry in queue])
         self.num_timesteps = max(self.num_timesteps, start + runtime.steps())
 
     def _callback_step_due(self, target: int, finished: bool, total_timesteps: int) -> bool:
