@@ -4,6 +4,8 @@ import os
 
 from sb3_async.a3c import A3C
 from sb3_async.async_q import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
+from sb3_async.common.buffers import EpisodicDualReplayBuffer, ReplayStatsCallback
+from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.optimizers import MomentumSGD, SharedRMSprop
 from sb3_async.common.policies import MnihCNN
 from sb3_async.common.runtime import WorkerError
@@ -16,8 +18,11 @@ __all__ = [
     "AsyncNStepQ",
     "AsyncOneStepQ",
     "AsyncSarsa",
+    "EpisodicDualReplayBuffer",
     "MnihCNN",
     "MomentumSGD",
+    "RandomWalkActionNoise",
+    "ReplayStatsCallback",
     "SharedRMSprop",
     "WorkerError",
     "__version__",
