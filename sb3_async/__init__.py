@@ -4,7 +4,12 @@ import os
 
 from sb3_async.a3c import A3C
 from sb3_async.async_q import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
-from sb3_async.common.buffers import EpisodicDualReplayBuffer, ReplayStatsCallback
+from sb3_async.common.buffers import (
+    EpisodicDualReplayBuffer,
+    PrioritizedReplayBuffer,
+    PrioritizedReplayBufferSamples,
+    ReplayStatsCallback,
+)
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.optimizers import MomentumSGD, SharedRMSprop
 from sb3_async.common.policies import MnihCNN
@@ -21,6 +26,8 @@ __all__ = [
     "EpisodicDualReplayBuffer",
     "MnihCNN",
     "MomentumSGD",
+    "PrioritizedReplayBuffer",
+    "PrioritizedReplayBufferSamples",
     "RandomWalkActionNoise",
     "ReplayStatsCallback",
     "SharedRMSprop",

@@ -18,9 +18,7 @@ BoundMode = Literal["reflect", "clip", "leak"]
 BOUND_MODES: tuple[str, ...] = ("reflect", "clip", "leak")
 
 
-def random_walk_step(
-    y: np.ndarray, x: np.ndarray, bound: float, mode: BoundMode = "reflect", leak: float = 0.0
-) -> np.ndarray:
+def random_walk_step(y: np.ndarray, x: np.ndarray, bound: float, mode: BoundMode = "reflect", leak: float = 0.0) -> np.ndarray:
     """One step of the bounded random walk: eq. 10 (``y_t = y_{t-1} + x_t``), then the bound.
 
     :param y: the walk's previous value ``y_{t-1}``
@@ -110,11 +108,8 @@ class RandomWalkActionNoise(VectorizedActionNoise):
         self._noises = [self]
 
     def __call__(self) -> np.ndarray:
-        shape = self.walk.shape
-        if self.generator is None:
-            x = np.random.normal(0.0, 1.0, size=shape)
-        else:
-            x = self.generator.normal(0.0, 1.0, size=shape)
+        source = np.random if self.generator is None else self.generator
+        x = source.normal(0.0, 1.0, size=self.walk.shape)
         self.walk = random_walk_step(self.walk, x * self._sigma, self.bound, self.bound_mode, self.leak)
         noise = (self.walk + self._mu).astype(self._dtype)
         # One env: the shape of SB3's single noises, (action_dim,)

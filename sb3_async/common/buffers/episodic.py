@@ -3,6 +3,7 @@ sampling rule (Algorithm 2), as a drop-in SB3 ``ReplayBuffer``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
@@ -205,9 +206,7 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
         m_part = self._gather(False, m_inds, m_envs, env)
         h_part = self._gather(True, h_inds, np.zeros(n_h, dtype=np.int64), env)
         self.last_hmemory_fraction = n_h / batch_size
-        obs, actions, next_obs, dones, rewards = (
-            _merge(from_h, m_arr, h_arr) for m_arr, h_arr in zip(m_part[:5], h_part[:5])
-        )
+        obs, actions, next_obs, dones, rewards = (_merge(from_h, m_arr, h_arr) for m_arr, h_arr in zip(m_part[:5], h_part[:5]))
         return ReplayBufferSamples(
             observations=self.to_torch(obs),
             actions=self.to_torch(actions),
@@ -222,6 +221,7 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Observations, actions, next observations, dones, rewards and n-step discounts (ones for 1-step) of one
         memory, HMemory or Memory."""
+        next_observations: np.ndarray | None
         if hmemory:
             observations, actions, rewards = self.h_observations, self.h_actions, self.h_rewards
             dones, timeouts, pos, next_observations = self.h_dones, self.h_timeouts, self.h_pos, self.h_next_observations
@@ -238,12 +238,15 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
         obs = cast(np.ndarray, self._normalize_obs(observations[inds, env_inds], env))
         if self.n_steps > 1:
             batch = n_step_batch(
-                rewards, dones, timeouts, pos, inds, env_inds, self.n_steps, self.gamma, lambda r: self._normalize_reward(r, env)
+                rewards, dones, timeouts, pos, inds, env_inds, self.n_steps, self.gamma, self._reward_normalizer(env)
             )
             return obs, actions[inds, env_inds], next_of(batch.last_inds), batch.dones, batch.rewards, batch.discounts
         dones_out = (dones[inds, env_inds] * (1 - timeouts[inds, env_inds])).reshape(-1, 1)
         rewards_out = self._normalize_reward(rewards[inds, env_inds].reshape(-1, 1), env)
         return obs, actions[inds, env_inds], next_of(inds), dones_out, rewards_out, np.ones_like(rewards_out)
+
+    def _reward_normalizer(self, env: VecNormalize | None) -> Callable[[np.ndarray], np.ndarray]:
+        return lambda rewards: self._normalize_reward(rewards, env)
 
     def stats(self) -> dict[str, float]:
         """What ``ReplayStatsCallback`` logs: HMemory's size and episode count, ``R_max``, the last batch's share."""
