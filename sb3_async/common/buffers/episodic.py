@@ -192,7 +192,12 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
         :param batch_size: number of transitions
         :param env: SB3's VecNormalize, to normalize observations and rewards
         """
-        from_h = np.random.random_sample(batch_size) <= self.rho if self.h_size > 0 else np.zeros(batch_size, dtype=bool)
+        if self.size() == 0:
+            raise ValueError("Cannot sample from an empty EpisodicDualReplayBuffer")
+        if self.h_size > 0 and self.rho > 0:
+            from_h = np.random.random_sample(batch_size) <= self.rho
+        else:  # no draw: with rho = 0 the batch is exactly what SB3's ReplayBuffer samples with the same seed
+            from_h = np.zeros(batch_size, dtype=bool)
         n_h = int(from_h.sum())
         n_m = batch_size - n_h
         upper = self.buffer_size if self.full else self.pos

@@ -216,8 +216,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """
         if self.tree.total <= 0:
             raise ValueError("Cannot sample from an empty PrioritizedReplayBuffer")
-        beta = self.beta if beta is None else float(beta)
-        slots = self.tree.sample(batch_size)
+        return self._gather_slots(self.tree.sample(batch_size), self.beta if beta is None else float(beta), env)
+
+    def _gather_slots(self, slots: np.ndarray, beta: float, env: VecNormalize | None) -> PrioritizedArrays:
+        """The arrays of the transitions in ``slots`` (``position * n_envs + env``), with their IS weights."""
+        batch_size = len(slots)
         leaf_values = self.tree.leaves(slots)
         weights = importance_weights(leaf_values, self.tree.min, beta).astype(np.float32).reshape(-1, 1)
         indices = slots + self.capacity * (self.write_counts[slots] - 1)
