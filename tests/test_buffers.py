@@ -407,3 +407,26 @@ def test_stock_continuous_algorithms_with_each_buffer(algo):
         )
         model.learn(252)
         assert model.replay_buffer.size() == 252
+
+
+@pytest.mark.parametrize("optimize", [False, True])
+def test_per_extend_equals_repeated_add(optimize):
+    kwargs = dict(device="cpu", n_envs=2, optimize_memory_usage=optimize, handle_timeout_termination=not optimize)
+    one, block = PrioritizedReplayBuffer(20, OBS, ACT, **kwargs), PrioritizedReplayBuffer(20, OBS, ACT, **kwargs)
+    rng = np.random.default_rng(0)
+    for steps in (3, 8, 4):  # 15 rows of 10: wraps around
+        obs = rng.normal(size=(steps, 2, 3)).astype(np.float32)
+        next_obs = np.concatenate([obs[1:], rng.normal(size=(1, 2, 3)).astype(np.float32)])
+        action, reward = rng.uniform(-1, 1, (steps, 2, 1)), rng.normal(size=(steps, 2))
+        done = rng.random((steps, 2)) < 0.3
+        infos = [[{"TimeLimit.truncated": bool(d and rng.random() < 0.5)} for d in row] for row in done]
+        priorities = rng.random((steps, 2))
+        for t in range(steps):
+            one.add(obs[t], next_obs[t], action[t], reward[t], done[t], infos[t], priorities=priorities[t])
+        block.extend(obs, next_obs, action, reward, done, infos, priorities=priorities)
+    names = ["observations", "actions", "rewards", "dones", "timeouts", "write_counts"]
+    for name in names + ([] if optimize else ["next_observations"]):
+        np.testing.assert_array_equal(getattr(block, name), getattr(one, name), err_msg=name)
+    assert (block.pos, block.full, block.max_priority) == (one.pos, one.full, one.max_priority)
+    for level in range(one.tree.depth + 1):
+        np.testing.assert_allclose(block.tree.sums[level], one.tree.sums[level])

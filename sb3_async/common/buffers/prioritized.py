@@ -169,12 +169,80 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             self.max_priority = max(self.max_priority, float(new.max()))
         pos = self.pos
         super().add(obs, next_obs, action, reward, done, infos)
-        slots = pos * self.n_envs + np.arange(self.n_envs)
-        self.write_counts[slots] += 1
-        self.tree.update(slots, new**self.alpha)
+        first = pos * self.n_envs
+        self.write_counts[first : first + self.n_envs] += 1
+        self.tree.update_range(first, new**self.alpha)
         if self.optimize_memory_usage:
             # The next row's observation was just overwritten by next_obs: its old transitions are invalid.
-            self.tree.update(((pos + 1) % self.buffer_size) * self.n_envs + np.arange(self.n_envs), 0.0)
+            self.tree.update_range(self.pos * self.n_envs, 0.0, count=self.n_envs)
+
+    def extend(  # type: ignore[override]
+        self,
+        obs: np.ndarray,
+        next_obs: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        done: np.ndarray,
+        infos: list[list[dict[str, Any]]] | None,
+        priorities: np.ndarray | None = None,
+    ) -> None:
+        """
+        Store a block of ``T`` steps at once (e.g. an Ape-X actor's local buffer of 50 transitions): the same result
+        as ``T`` calls of :meth:`add`, with array writes instead of a Python loop.
+
+        :param obs: ``(T, n_envs, *obs_shape)``, and likewise ``next_obs``, ``action`` ``(T, n_envs, action_dim)``,
+            ``reward`` and ``done`` ``(T, n_envs)``
+        :param infos: ``T`` lists of ``n_envs`` info dicts (``TimeLimit.truncated`` is read from them), or None when
+            no step was truncated by a time limit
+        :param priorities: initial priorities ``(T, n_envs)``, or None for the largest priority so far
+        """
+        steps = len(reward)
+        if not 0 < steps <= self.buffer_size:
+            raise ValueError(f"Invalid block of {steps} steps: expected 1 to buffer_size ({self.buffer_size}) steps")
+        if priorities is None:
+            new = np.full(steps * self.n_envs, self.max_priority)
+        else:
+            new = check_priorities(priorities).reshape(-1) + self.eps
+            if new.size != steps * self.n_envs:
+                raise ValueError(
+                    f"Invalid priorities with {new.size} values: expected one per transition ({steps * self.n_envs})"
+                )
+            self.max_priority = max(self.max_priority, float(new.max()))
+        pos = self.pos
+        # Contiguous runs of rows (two when the block wraps around): slices, not gathers
+        runs = [(pos, min(steps, self.buffer_size - pos))]
+        if runs[0][1] < steps:
+            runs.append((0, steps - runs[0][1]))
+        obs = np.asarray(obs).reshape(steps, self.n_envs, *self.obs_shape)
+        next_obs = np.asarray(next_obs).reshape(steps, self.n_envs, *self.obs_shape)
+        action = np.asarray(action).reshape(steps, self.n_envs, self.action_dim)
+        reward = np.asarray(reward).reshape(steps, self.n_envs)
+        done = np.asarray(done).reshape(steps, self.n_envs)
+        if self.handle_timeout_termination and infos is not None:
+            timeouts = np.array([[info.get("TimeLimit.truncated", False) for info in step] for step in infos])
+        else:
+            timeouts = np.zeros((steps, self.n_envs))
+        priority_values = (new**self.alpha).reshape(steps, self.n_envs)
+        offset = 0
+        for row, length in runs:
+            rows, part = slice(row, row + length), slice(offset, offset + length)
+            self.observations[rows] = obs[part]
+            if not self.optimize_memory_usage:
+                self.next_observations[rows] = next_obs[part]
+            self.actions[rows] = action[part]
+            self.rewards[rows] = reward[part]
+            self.dones[rows] = done[part]
+            self.timeouts[rows] = timeouts[part]
+            slots = slice(row * self.n_envs, (row + length) * self.n_envs)
+            self.write_counts[slots] += 1
+            self.tree.update_range(row * self.n_envs, priority_values[part].reshape(-1))
+            offset += length
+        self.full = self.full or pos + steps >= self.buffer_size
+        self.pos = (pos + steps) % self.buffer_size
+        if self.optimize_memory_usage:
+            # As T adds: each next observation but the last is overwritten by the following observation.
+            self.observations[self.pos] = next_obs[-1]
+            self.tree.update_range(self.pos * self.n_envs, 0.0, count=self.n_envs)
 
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """

@@ -72,23 +72,57 @@ class SumTree:
         """
         nodes = np.asarray(indices, dtype=np.int64)
         values = np.broadcast_to(np.asarray(values, dtype=np.float64), nodes.shape)
-        leaves = self.sums[-1]
-        leaves[nodes] = values
+        self.sums[-1][nodes] = values
         for level in range(self.depth - 1, -1, -1):
             nodes = nodes // BRANCHING
             self.sums[level][nodes] = np.take(self.sums[level + 1].reshape(-1, BRANCHING), nodes, axis=0) @ self._ones
-        if self._min_leaf >= 0 and np.any(np.asarray(indices) == self._min_leaf):
+        indices = np.asarray(indices)
+        touched = self._min_leaf >= 0 and bool(np.any(indices == self._min_leaf))
+        # The values the leaves hold now (with repeated indices, not every given value was kept)
+        self._track_min(touched, indices, self.sums[-1][indices])
+
+    def update_range(self, start: int, values: np.ndarray | float, count: int | None = None) -> None:
+        """
+        Set the contiguous leaves ``start, start + 1, ...`` to ``values`` (FIFO writes): the ancestors are contiguous
+        too, so they are recomputed with slices instead of gathers.
+
+        :param start: first leaf
+        :param values: new leaf values (an array, or a scalar with ``count``)
+        :param count: number of leaves when ``values`` is a scalar
+        """
+        values = np.asarray(values, dtype=np.float64)
+        if values.ndim == 0:
+            values = np.full(count or 1, float(values))
+        low, high = start, start + len(values)
+        if high > self.capacity:
+            raise ValueError(f"Invalid range [{low}, {high}): beyond the capacity ({self.capacity})")
+        self.sums[-1][low:high] = values
+        for level in range(self.depth - 1, -1, -1):
+            low, high = low // BRANCHING, (high - 1) // BRANCHING + 1
+            children = self.sums[level + 1][low * BRANCHING : high * BRANCHING].reshape(-1, BRANCHING)
+            self.sums[level][low:high] = children @ self._ones
+        touched = start <= self._min_leaf < start + len(values)
+        self._track_min(
+            touched, np.arange(start, start + len(values)) if touched or values.min() < self._min else None, values
+        )
+
+    def _track_min(self, touched: bool, indices: np.ndarray | None, values: np.ndarray) -> None:
+        """Keep the smallest positive leaf after ``indices`` were set to ``values`` (a rescan if its leaf changed)."""
+        if touched:
+            leaves = self.sums[-1]
             positive = np.where(leaves > 0, leaves, np.inf)
             self._min_leaf = int(np.argmin(positive))
             self._min = float(positive[self._min_leaf])
             if not np.isfinite(self._min):
                 self._min_leaf = -1
-        written = leaves[indices]
-        positive_written = np.where(written > 0, written, np.inf)
-        smallest = int(np.argmin(positive_written))
-        if positive_written[smallest] < self._min:
-            self._min = float(positive_written[smallest])
-            self._min_leaf = int(np.asarray(indices)[smallest])
+            return
+        if values.size == 0 or values.min() >= self._min:
+            return  # the fast path: nothing written below the current minimum
+        positive = np.where(values > 0, values, np.inf)
+        smallest = int(np.argmin(positive))
+        if positive[smallest] < self._min and indices is not None:
+            self._min = float(positive[smallest])
+            self._min_leaf = int(indices.reshape(-1)[smallest])
 
     def find(self, mass: np.ndarray) -> np.ndarray:
         """
