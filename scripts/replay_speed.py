@@ -17,6 +17,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -140,7 +141,7 @@ def main() -> None:
         results.update(atari_ms=atari["ours"] * 1e3, atari_cpprb_ms=atari["cpprb"] * 1e3)
         results["atari_ratio"] = atari["ours"] / atari["cpprb"]
 
-    print(f"cpprb {cpprb.__version__ if hasattr(cpprb, '__version__') else ''}, numpy {np.__version__}, batch {batch}")
+    print(f"cpprb {metadata.version('cpprb')}, numpy {np.__version__}, batch {batch}, rounds {args.rounds}")
     print("| measure | ours | cpprb | ratio (cpprb / ours) | goal |")
     print("|---|---|---|---|---|")
     print(

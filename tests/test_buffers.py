@@ -222,6 +222,13 @@ def test_per_optimize_memory_usage_and_uint8_frames():
     assert buffer.pos not in arrays.indices % buffer.capacity
     assert arrays.observations.dtype == np.uint8
     np.testing.assert_array_equal(arrays.next_observations, arrays.observations + 1)
+    # A late update for a transition invalidated since its sample does not make it sampleable again
+    late = arrays.indices.copy()
+    for t in range(9, 12):
+        obs = np.full((1, 4, 8, 8), t, np.uint8)
+        buffer.add(obs, obs + 1, np.zeros((1, 1)), np.zeros(1), np.zeros(1), [{}])
+    buffer.update_priorities(late, np.full(len(late), 50.0))
+    assert buffer.tree.leaves(np.array([buffer.pos])) == 0
 
 
 # --- episodic dual replay (Algorithms 1 and 2) -----------------------------------------------------------------------

@@ -173,8 +173,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.write_counts[first : first + self.n_envs] += 1
         self.tree.update_range(first, new**self.alpha)
         if self.optimize_memory_usage:
-            # The next row's observation was just overwritten by next_obs: its old transitions are invalid.
-            self.tree.update_range(self.pos * self.n_envs, 0.0, count=self.n_envs)
+            self._invalidate_row(self.pos)
 
     def extend(  # type: ignore[override]
         self,
@@ -242,7 +241,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if self.optimize_memory_usage:
             # As T adds: each next observation but the last is overwritten by the following observation.
             self.observations[self.pos] = next_obs[-1]
-            self.tree.update_range(self.pos * self.n_envs, 0.0, count=self.n_envs)
+            self._invalidate_row(self.pos)
+            # T adds would also have invalidated each row of the block before writing it (one more write count)
+            later_rows = (pos + 1 + np.arange(steps - 1)) % self.buffer_size
+            self.write_counts[(later_rows[:, None] * self.n_envs + np.arange(self.n_envs)).reshape(-1)] += 1
+
+    def _invalidate_row(self, row: int) -> None:
+        """optimize_memory_usage: the row's observation was overwritten by the previous next observation, so its old
+        transitions are invalid: priority 0, and a new write count so that late priority updates for them are dropped."""
+        first = row * self.n_envs
+        self.write_counts[first : first + self.n_envs] += 1
+        self.tree.update_range(first, 0.0, count=self.n_envs)
 
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """
