@@ -330,6 +330,7 @@ def test_episodic_bad_arguments():
 
 # --- stock SB3 algorithms and save/load -------------------------------------------------------------------------------
 
+
 @pytest.fixture(autouse=True)
 def one_torch_thread():
     """Tiny networks: one torch thread is faster than several on a busy 2-core machine (restored afterwards)."""
