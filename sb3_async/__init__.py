@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sb3_async.a3c import A3C
     from sb3_async.async_q import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
+    from sb3_async.common.buffers import (
+        EpisodicDualReplayBuffer,
+        PrioritizedReplayBuffer,
+        PrioritizedReplayBufferSamples,
+        ReplayStatsCallback,
+    )
     from sb3_async.common.env_pool import AsyncEnvPool
+    from sb3_async.common.noise import RandomWalkActionNoise
     from sb3_async.common.optimizers import MomentumSGD, SharedRMSprop
     from sb3_async.common.policies import MnihCNN
     from sb3_async.common.processes import WorkerError
@@ -26,6 +33,11 @@ _LAZY = {
     "AsyncOneStepQ": "sb3_async.async_q",
     "AsyncSarsa": "sb3_async.async_q",
     "AsyncEnvPool": "sb3_async.common.env_pool",
+    "EpisodicDualReplayBuffer": "sb3_async.common.buffers",
+    "PrioritizedReplayBuffer": "sb3_async.common.buffers",
+    "PrioritizedReplayBufferSamples": "sb3_async.common.buffers",
+    "RandomWalkActionNoise": "sb3_async.common.noise",
+    "ReplayStatsCallback": "sb3_async.common.buffers",
     "MnihCNN": "sb3_async.common.policies",
     "MomentumSGD": "sb3_async.common.optimizers",
     "SharedRMSprop": "sb3_async.common.optimizers",
@@ -56,8 +68,13 @@ __all__ = [
     "AsyncNStepQ",
     "AsyncOneStepQ",
     "AsyncSarsa",
+    "EpisodicDualReplayBuffer",
     "MnihCNN",
     "MomentumSGD",
+    "PrioritizedReplayBuffer",
+    "PrioritizedReplayBufferSamples",
+    "RandomWalkActionNoise",
+    "ReplayStatsCallback",
     "SharedRMSprop",
     "WorkerError",
     "__version__",

@@ -1,0 +1,133 @@
+"""Random-walk action noise of AE-DDPG (Zhang et al., §IV-C, eq. 6-10): power-law noise with a (1/f)^2 spectrum.
+
+Eq. 10, ``y_t = y_{t-1} + x_t`` with ``x_t ~ N(0, sigma^2 I)``, is a random walk: its spread grows as ``sqrt(t)``
+(``sigma * sqrt(t)``), so left alone it pins the action to its bounds within tens of steps. The walk is therefore
+reset to 0 at every episode end and kept inside ``[-bound, bound]``; see :class:`RandomWalkActionNoise`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+import numpy as np
+from numpy.typing import DTypeLike
+from stable_baselines3.common.noise import VectorizedActionNoise
+
+BoundMode = Literal["reflect", "clip", "leak"]
+BOUND_MODES: tuple[str, ...] = ("reflect", "clip", "leak")
+
+
+def random_walk_step(y: np.ndarray, x: np.ndarray, bound: float, mode: BoundMode = "reflect", leak: float = 0.0) -> np.ndarray:
+    """One step of the bounded random walk: eq. 10 (``y_t = y_{t-1} + x_t``), then the bound.
+
+    :param y: the walk's previous value ``y_{t-1}``
+    :param x: the white-noise shot ``x_t``
+    :param bound: half-width of the interval the walk is kept in
+    :param mode: ``"reflect"`` folds a step that leaves ``[-bound, bound]`` back inside (the walk keeps eq. 10's
+        increments everywhere inside the interval), ``"clip"`` stops it at the bound, ``"leak"`` uses
+        ``y_t = (1 - leak) y_{t-1} + x_t`` (an AR(1) / Ornstein-Uhlenbeck walk) and then clips
+    :param leak: the pull towards 0 per step of ``mode="leak"``
+    :return: ``y_t``
+    """
+    if mode == "leak":
+        return np.clip((1.0 - leak) * y + x, -bound, bound)
+    z = y + x
+    if mode == "clip":
+        return np.clip(z, -bound, bound)
+    # Reflection at +-bound is the triangle wave of period 4 * bound: exact for steps of any size.
+    period = 4.0 * bound
+    folded = np.mod(z + bound, period)
+    return np.where(folded <= 2.0 * bound, folded, period - folded) - bound
+
+
+class RandomWalkActionNoise(VectorizedActionNoise):
+    """
+    Random-walk action noise of AE-DDPG (`Zhang et al. <https://arxiv.org/abs/1903.00827>`_, §IV-C, eq. 10):
+    ``y_t = y_{t-1} + x_t``, ``x_t ~ N(0, sigma^2 I)``, with ``y`` reset to 0 at episode ends and kept within bounds.
+
+    One independent stream per env (``n_envs``), drawn together from one generator, so the streams are independent
+    even with an explicit ``generator`` (SB3's ``VectorizedActionNoise`` deep-copies one noise, which copies its
+    generator too). Being a ``VectorizedActionNoise``, SB3 uses it as given when ``n_envs > 1`` and calls
+    ``reset(indices)`` for the envs whose episode ended.
+
+    :param mean: mean added to the walk, shape ``(action_dim,)`` (SB3 convention: zeros)
+    :param sigma: standard deviation of the shots ``x_t`` (scalar or ``(action_dim,)``), in SB3's scaled action space
+        ``[-1, 1]``. Default 0.05 chosen by measurement (docs/replay.md): the walk crosses half the action range in
+        about 100 steps, within one Pendulum episode, without sitting on the bounds; the paper gives no value.
+    :param n_envs: number of parallel envs, one stream each
+    :param bound: half-width of the interval the walk stays in; default 1.0, SB3's scaled action bound (the paper:
+        the noise is kept inside the action bounds)
+    :param bound_mode: ``"reflect"`` (default, chosen by measurement: no mass piles up on the bounds and the increments
+        stay those of eq. 10), ``"clip"`` or ``"leak"`` (see :func:`random_walk_step`)
+    :param leak: pull towards 0 per step for ``bound_mode="leak"``; 0.01 by default
+    :param generator: NumPy generator for the shots; ``None`` uses NumPy's global state like SB3's noises (seeded by
+        SB3's ``set_random_seed``)
+    :param dtype: dtype of the returned noise
+    """
+
+    def __init__(
+        self,
+        mean: np.ndarray,
+        sigma: float | np.ndarray = 0.05,
+        n_envs: int = 1,
+        bound: float = 1.0,
+        bound_mode: BoundMode = "reflect",
+        leak: float = 0.01,
+        generator: np.random.Generator | None = None,
+        dtype: DTypeLike = np.float32,
+    ) -> None:
+        mean = np.asarray(mean, dtype=np.float64)
+        if mean.ndim != 1:
+            raise ValueError(f"Invalid mean with shape {mean.shape}: expected a 1-D array of shape (action_dim,)")
+        sigma_arr = np.broadcast_to(np.asarray(sigma, dtype=np.float64), mean.shape).copy()
+        if not np.all(np.isfinite(sigma_arr)) or np.any(sigma_arr < 0):
+            raise ValueError(f"Invalid sigma={sigma!r}: expected finite non-negative values")
+        if not isinstance(n_envs, (int, np.integer)) or n_envs < 1:
+            raise ValueError(f"Invalid n_envs={n_envs!r}: expected a positive integer")
+        if not bound > 0 or not np.isfinite(bound):
+            raise ValueError(f"Invalid bound={bound!r}: expected a positive finite number")
+        if bound_mode not in BOUND_MODES:
+            raise ValueError(f"Invalid bound_mode={bound_mode!r}: expected one of {BOUND_MODES}")
+        if not 0.0 <= leak <= 1.0:
+            raise ValueError(f"Invalid leak={leak!r}: expected a value in [0, 1]")
+        if generator is not None and not isinstance(generator, np.random.Generator):
+            raise TypeError(f"Invalid generator={generator!r}: expected a numpy.random.Generator or None")
+        # VectorizedActionNoise.__init__ deep-copies a base noise per env: the defect this class avoids, so not called.
+        self.n_envs = int(n_envs)
+        self._mu = mean
+        self._sigma = sigma_arr
+        self.bound = float(bound)
+        self.bound_mode: BoundMode = bound_mode
+        self.leak = float(leak)
+        self.generator = generator
+        self._dtype = dtype
+        self.walk = np.zeros((self.n_envs, mean.shape[0]), dtype=np.float64)
+        # SB3's VectorizedActionNoise attributes: this one noise holds every env's stream.
+        self._base_noise = self
+        self._noises = [self]
+
+    def __call__(self) -> np.ndarray:
+        source = np.random if self.generator is None else self.generator
+        x = source.normal(0.0, 1.0, size=self.walk.shape)
+        self.walk = random_walk_step(self.walk, x * self._sigma, self.bound, self.bound_mode, self.leak)
+        noise = (self.walk + self._mu).astype(self._dtype)
+        # One env: the shape of SB3's single noises, (action_dim,)
+        return noise[0] if self.n_envs == 1 else noise
+
+    def reset(self, indices: Iterable[int] | None = None) -> None:
+        """
+        Reset the walk to 0 (eq. 10 starts from y_0 = 0) for all envs, or for those in ``indices``.
+
+        :param indices: env indices to reset; ``None`` resets all
+        """
+        if indices is None:
+            self.walk[:] = 0.0
+        else:
+            self.walk[np.fromiter(indices, dtype=np.int64)] = 0.0
+
+    def __repr__(self) -> str:
+        return (
+            f"RandomWalkActionNoise(mu={self._mu}, sigma={self._sigma}, n_envs={self.n_envs}, bound={self.bound}, "
+            f"bound_mode={self.bound_mode!r})"
+        )
