@@ -3,6 +3,7 @@
 import os
 
 from sb3_async.a3c import A3C
+from sb3_async.apex import ApeXDPG, ApeXDQN
 from sb3_async.async_q import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 from sb3_async.common.buffers import (
     EpisodicDualReplayBuffer,
@@ -20,6 +21,8 @@ with open(os.path.join(os.path.dirname(__file__), "version.txt")) as file_handle
 
 __all__ = [
     "A3C",
+    "ApeXDPG",
+    "ApeXDQN",
     "AsyncNStepQ",
     "AsyncOneStepQ",
     "AsyncSarsa",
