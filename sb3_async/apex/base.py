@@ -373,20 +373,26 @@ class ApeXAlgorithm(AsyncAlgorithm):
             self._insert_ready()
             if self.replay_ratio is not None and self._ratio_reached():
                 break  # ahead of the actors: wait for data (the next poll blocks, no spinning)
-            batch = buffer.sample_arrays(self.batch_size)
-            loss, td_abs = self._train_batch(batch)
-            buffer.update_priorities(batch.indices, td_abs)
-            self._n_updates += 1
-            self._flow["batches"] += 1
-            self._flow["replayed"] += self.batch_size
-            self._last_metrics = dict(loss=loss, td_error_abs_mean=float(np.mean(td_abs)))
-            if self._n_updates % self.target_update_interval == 0:
-                self._update_target()
+            self._learner_batch()
         self.policy.set_training_mode(False)
         self._publish()
         busy = time.monotonic() - start
         self._busy += busy
         return 0.0 if busy >= 0.02 else 0.02
+
+    def _learner_batch(self) -> None:
+        """One learner iteration (Algorithm 2): sample a prioritized batch, update, write the priorities back,
+        refresh the target network every ``target_update_interval`` batches."""
+        assert self.replay_buffer is not None
+        batch = self.replay_buffer.sample_arrays(self.batch_size)
+        loss, td_abs = self._train_batch(batch)
+        self.replay_buffer.update_priorities(batch.indices, td_abs)
+        self._n_updates += 1
+        self._flow["batches"] += 1
+        self._flow["replayed"] += self.batch_size
+        self._last_metrics = dict(loss=loss, td_error_abs_mean=float(np.mean(td_abs)))
+        if self._n_updates % self.target_update_interval == 0:
+            self._update_target()
 
     def _log_extra(self) -> None:
         elapsed = max(time.monotonic() - self._flow_start, 1e-9)
