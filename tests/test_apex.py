@@ -64,7 +64,11 @@ def test_n_step_builder_on_a_hand_made_episode():
     assert (s1[0], g1, d1, s1_next[0]) == (100.0, 1.75, False, 103.0)
     # step 4 ends env 0's episode: s_1, s_2, s_3 with truncated returns, done; env 1 completes s_1
     env0 = [item for item in out[3] if item[0][0] < 100]
-    assert [(item[0][0], item[2], item[3]) for item in env0] == [(10.0, 2 + 1.5 + 1.0, True), (20.0, 3 + 2.0, True), (30.0, 4.0, True)]
+    assert [(item[0][0], item[2], item[3]) for item in env0] == [
+        (10.0, 2 + 1.5 + 1.0, True),
+        (20.0, 3 + 2.0, True),
+        (30.0, 4.0, True),
+    ]
     env1 = [item for item in out[3] if item[0][0] >= 100]
     assert [(item[0][0], item[2], item[3], item[4][0]) for item in env1] == [(101.0, 1.75, False, 104.0)]
     block = stack_transitions(out[2] + out[3])
@@ -176,7 +180,15 @@ def test_target_network_copied_every_interval():
 
 
 def test_dpg_learner_batch_updates_critic_and_clips_the_actor_gradient():
-    model = ApeXDPG("MlpPolicy", "Pendulum-v1", n_actors=1, learning_starts=10, batch_size=8, target_update_interval=2, actor_grad_clip=1e-3)
+    model = ApeXDPG(
+        "MlpPolicy",
+        "Pendulum-v1",
+        n_actors=1,
+        learning_starts=10,
+        batch_size=8,
+        target_update_interval=2,
+        actor_grad_clip=1e-3,
+    )
     rng = np.random.default_rng(0)
     model._share_state()
     model.set_logger(configure(None, []))

@@ -72,7 +72,7 @@ class ApeXActorModel:
         self.policy, self.cfg, self.rng = policy, cfg, rng
 
     @abstractmethod
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, obs: Any) -> tuple[np.ndarray, np.ndarray]:
         """``(actions to store, actions for the env)`` for a batch of observations."""
 
     @abstractmethod
@@ -233,7 +233,17 @@ class ApeXAlgorithm(AsyncAlgorithm):
         self._flow_start_steps = getattr(self, "num_timesteps", 0)
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_published", "_inserted", "_flow", "_busy", "_flow_start", "_flow_start_steps", "_last_metrics", "_held"]
+        return [
+            *super()._excluded_save_params(),
+            "_published",
+            "_inserted",
+            "_flow",
+            "_busy",
+            "_flow_start",
+            "_flow_start_steps",
+            "_last_metrics",
+            "_held",
+        ]
 
     def _setup_replay(self) -> None:
         if self.replay_buffer is None:
@@ -262,7 +272,9 @@ class ApeXAlgorithm(AsyncAlgorithm):
         """Load a replay buffer saved by :meth:`save_replay_buffer`."""
         buffer = load_from_pkl(path, self.verbose)
         if not isinstance(buffer, PrioritizedReplayBuffer):
-            raise TypeError(f"Invalid replay buffer in {path!r}: expected a PrioritizedReplayBuffer, got {type(buffer).__name__}")
+            raise TypeError(
+                f"Invalid replay buffer in {path!r}: expected a PrioritizedReplayBuffer, got {type(buffer).__name__}"
+            )
         self.replay_buffer = buffer
 
     # --- actors ----------------------------------------------------------------------------------------------------

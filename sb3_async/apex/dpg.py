@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -17,8 +17,6 @@ from sb3_async.apex.returns import NStepTransitions, bootstrapped_targets, weigh
 from sb3_async.common.async_algorithm import check_float
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
 from sb3_async.common.torch_utils import to_tensor
-
-SelfApeXDPG = TypeVar("SelfApeXDPG", bound="ApeXDPG")
 
 
 class _DPGActorModel(ApeXActorModel):
@@ -176,7 +174,10 @@ class ApeXDPG(ApeXAlgorithm):
         policy = self.policy
         self._update_learning_rate([policy.actor.optimizer, policy.critic.optimizer])
         device = self.device
-        obs, next_obs = torch.as_tensor(batch.observations, device=device), torch.as_tensor(batch.next_observations, device=device)
+        obs, next_obs = (
+            torch.as_tensor(batch.observations, device=device),
+            torch.as_tensor(batch.next_observations, device=device),
+        )
         actions = torch.as_tensor(batch.actions, device=device)
         returns = torch.as_tensor(batch.rewards, device=device).flatten()
         dones = torch.as_tensor(batch.dones, device=device).flatten()
@@ -205,14 +206,3 @@ class ApeXDPG(ApeXAlgorithm):
         super()._log_extra()
         if hasattr(self, "_last_actor_loss"):
             self.logger.record("train/actor_loss", self._last_actor_loss)
-
-    def learn(
-        self: SelfApeXDPG,
-        total_timesteps: int,
-        callback: Any = None,
-        log_interval: int = 100,
-        tb_log_name: str = "ApeXDPG",
-        reset_num_timesteps: bool = True,
-        progress_bar: bool = False,
-    ) -> SelfApeXDPG:
-        return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -13,13 +13,17 @@ from stable_baselines3.dqn.policies import DQNPolicy
 
 from sb3_async.apex.base import ApeXActorModel, ApeXAlgorithm
 from sb3_async.apex.policies import DuelingCnnPolicy, DuelingDQNPolicy
-from sb3_async.apex.returns import NStepTransitions, apex_epsilons, bootstrapped_targets, double_q_values, weighted_squared_loss
+from sb3_async.apex.returns import (
+    NStepTransitions,
+    apex_epsilons,
+    bootstrapped_targets,
+    double_q_values,
+    weighted_squared_loss,
+)
 from sb3_async.common.async_algorithm import check_float
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
 from sb3_async.common.exploration import epsilon_greedy
 from sb3_async.common.torch_utils import to_tensor
-
-SelfApeXDQN = TypeVar("SelfApeXDQN", bound="ApeXDQN")
 
 
 class _DQNActorModel(ApeXActorModel):
@@ -196,7 +200,10 @@ class ApeXDQN(ApeXAlgorithm):
     def _train_batch(self, batch: PrioritizedArrays) -> tuple[float, np.ndarray]:
         self._update_learning_rate(self.policy.optimizer)
         device = self.device
-        obs, next_obs = torch.as_tensor(batch.observations, device=device), torch.as_tensor(batch.next_observations, device=device)
+        obs, next_obs = (
+            torch.as_tensor(batch.observations, device=device),
+            torch.as_tensor(batch.next_observations, device=device),
+        )
         actions = torch.as_tensor(batch.actions, device=device).long().reshape(-1, 1)
         returns = torch.as_tensor(batch.rewards, device=device).flatten()
         dones = torch.as_tensor(batch.dones, device=device).flatten()
@@ -219,14 +226,3 @@ class ApeXDQN(ApeXAlgorithm):
     def _log_extra(self) -> None:
         super()._log_extra()
         self.logger.record("rollout/exploration_rate", self.exploration_rate)
-
-    def learn(
-        self: SelfApeXDQN,
-        total_timesteps: int,
-        callback: Any = None,
-        log_interval: int = 100,
-        tb_log_name: str = "ApeXDQN",
-        reset_num_timesteps: bool = True,
-        progress_bar: bool = False,
-    ) -> SelfApeXDQN:
-        return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)

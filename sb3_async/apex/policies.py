@@ -29,7 +29,9 @@ class DuelingQNetwork(QNetwork):
         activation_fn: type[nn.Module] = nn.ReLU,
         normalize_images: bool = True,
     ) -> None:
-        super().__init__(observation_space, action_space, features_extractor, features_dim, net_arch, activation_fn, normalize_images)
+        super().__init__(
+            observation_space, action_space, features_extractor, features_dim, net_arch, activation_fn, normalize_images
+        )
         self.q_net = nn.Sequential(*create_mlp(self.features_dim, -1, self.net_arch, self.activation_fn))
         hidden = self.net_arch[-1] if self.net_arch else self.features_dim
         self.value_head = nn.Linear(hidden, 1)

@@ -66,7 +66,7 @@ class NStepBuilder:
         self._pending: list[deque[tuple[Any, Any, float]]] = [deque() for _ in range(n_envs)]
 
     def push(
-        self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, dones: np.ndarray, next_obs: np.ndarray
+        self, obs: Any, actions: np.ndarray, rewards: np.ndarray, dones: np.ndarray, next_obs: Any
     ) -> list[tuple[Any, Any, float, bool, Any]]:
         """Add one step of every env; returns the completed transitions ``(s, a, G, d, s')``."""
         out: list[tuple[Any, Any, float, bool, Any]] = []
@@ -95,12 +95,15 @@ def stack_transitions(items: list[tuple[Any, Any, float, bool, Any]]) -> NStepTr
     )
 
 
-def bootstrapped_targets(returns: torch.Tensor, dones: torch.Tensor, next_values: torch.Tensor, discount: float) -> torch.Tensor:
+def bootstrapped_targets(
+    returns: torch.Tensor, dones: torch.Tensor, next_values: torch.Tensor, discount: float
+) -> torch.Tensor:
     """The n-step target ``G_t + γ^n (1 - d_t) v(s_{t+n})`` of Ape-X §3.1 (DQN) and §3.2 (DPG).
 
     :param returns: ``G_t``
     :param dones: 1 where the episode ended within the n steps
-    :param next_values: ``v(s_{t+n})``: ``q(s_{t+n}, argmax_a q(s_{t+n}, a, θ), θ⁻)`` (DQN), ``q(s_{t+n}, π(s_{t+n}, ψ⁻), φ⁻)`` (DPG)
+    :param next_values: ``v(s_{t+n})``: ``q(s_{t+n}, argmax_a q(s_{t+n}, a, θ), θ⁻)`` (DQN),
+        ``q(s_{t+n}, π(s_{t+n}, ψ⁻), φ⁻)`` (DPG)
     :param discount: ``γ^n``
     """
     return returns + discount * (1.0 - dones) * next_values
