@@ -224,7 +224,11 @@ class ZooAlgorithm:
 
     def _worker_kwargs(self, env: VecEnv, kwargs: dict[str, Any]) -> dict[str, Any]:
         workers, envs_per_worker = self.worker_names
-        counts = resolve_worker_counts(env.num_envs, kwargs.pop(workers, None), kwargs.pop(envs_per_worker, None))
+        n_workers, n_envs_per_worker = kwargs.pop(workers, None), kwargs.pop(envs_per_worker, None)
+        if workers != "n_workers":  # the generic names (the benchmark's scaling suite) work for every algorithm
+            n_workers = kwargs.pop("n_workers", n_workers)
+            n_envs_per_worker = kwargs.pop("n_envs_per_worker", n_envs_per_worker)
+        counts = resolve_worker_counts(env.num_envs, n_workers, n_envs_per_worker)
         return dict(zip(self.worker_names, counts))
 
     def __call__(self, policy: Any, env: Any, **kwargs: Any) -> AsyncAlgorithm:
@@ -242,7 +246,7 @@ class ZooAlgorithm:
         if not isinstance(env, VecEnv):
             return self.algo_class.load(path, env=env, **kwargs)
         base = _check_zoo_env(env)
-        if any(name in kwargs for name in self.worker_names):
+        if any(name in kwargs for name in (*self.worker_names, "n_workers", "n_envs_per_worker")):
             kwargs.update(self._worker_kwargs(env, kwargs))
         with _without_monitor_files(base):
             return self.algo_class.load(path, env=env, **kwargs)
