@@ -293,7 +293,11 @@ class ApeXAlgorithm(AsyncAlgorithm):
 
     def _publish(self) -> None:
         with torch.no_grad():
-            torch._foreach_copy_(self._published, self._learner_parameters())
+            if self.device.type == "cpu":
+                torch._foreach_copy_(self._published, self._learner_parameters())
+            else:  # learner on an accelerator: copy to the actors' CPU tensors one by one
+                for published, param in zip(self._published, self._learner_parameters()):
+                    published.copy_(param)
 
     def _worker_specs(self) -> list[WorkerSpec]:
         specs = []
