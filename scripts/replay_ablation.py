@@ -30,7 +30,7 @@ ENVS: dict[str, dict[str, Any]] = {
     # TD3 settings of the rl-zoo (td3.yml) except the smaller net, the earlier learning start, the budget and, on
     # MountainCar, one gradient step every 4 env steps (the machine is shared): net [64, 64], learning_starts 1000.
     "Pendulum-v1": dict(threshold=-200.0, budget=20_000, eval_freq=1_000, gamma=0.98, noise_std=0.1, train_freq=1),
-    "MountainCarContinuous-v0": dict(threshold=90.0, budget=50_000, eval_freq=5_000, gamma=0.99, noise_std=0.5, train_freq=4),
+    "MountainCarContinuous-v0": dict(threshold=90.0, budget=50_000, eval_freq=10_000, gamma=0.99, noise_std=0.5, train_freq=4),
 }
 
 CONFIGS: dict[str, dict[str, Any]] = {

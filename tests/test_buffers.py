@@ -330,6 +330,16 @@ def test_episodic_bad_arguments():
 
 # --- stock SB3 algorithms and save/load -------------------------------------------------------------------------------
 
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny networks: one torch thread is faster than several on a busy 2-core machine (restored afterwards)."""
+    threads = th.get_num_threads()
+    th.set_num_threads(1)
+    yield
+    th.set_num_threads(threads)
+
+
 SMALL = dict(learning_starts=50, batch_size=32, train_freq=4, policy_kwargs=dict(net_arch=[16]), device="cpu", seed=0)
 
 
@@ -402,18 +412,20 @@ def test_stock_td3_with_dual_replay_random_walk_two_envs_and_save_load(tmp_path)
     np.testing.assert_array_equal(loaded.episode_returns, buffer.episode_returns)
 
 
-@pytest.mark.parametrize("algo", [DDPG, SAC])
-def test_stock_continuous_algorithms_with_each_buffer(algo):
-    for buffer_class in (PrioritizedReplayBuffer, EpisodicDualReplayBuffer):
-        model = algo(
-            "MlpPolicy",
-            "Pendulum-v1",
-            replay_buffer_class=buffer_class,
-            action_noise=RandomWalkActionNoise(np.zeros(1)) if algo is DDPG else None,
-            **SMALL,
-        )
-        model.learn(252)
-        assert model.replay_buffer.size() == 252
+@pytest.mark.parametrize(
+    "algo, buffer_class",
+    [
+        (TD3, PrioritizedReplayBuffer),
+        (DDPG, EpisodicDualReplayBuffer),
+        (DDPG, PrioritizedReplayBuffer),
+        (SAC, EpisodicDualReplayBuffer),
+    ],
+)
+def test_stock_continuous_algorithms_with_each_buffer(algo, buffer_class):
+    noise = RandomWalkActionNoise(np.zeros(1)) if algo is not SAC else None
+    model = algo("MlpPolicy", "Pendulum-v1", replay_buffer_class=buffer_class, action_noise=noise, **SMALL)
+    model.learn(152)
+    assert isinstance(model.replay_buffer, buffer_class) and model.replay_buffer.size() == 152
 
 
 @pytest.mark.parametrize("optimize", [False, True])

@@ -66,9 +66,9 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
     :param n_envs: number of parallel envs (the paper's interaction threads)
     :param optimize_memory_usage: SB3's memory-efficient Memory (next observation from the next slot)
     :param handle_timeout_termination: time-limit truncations are not terminal (SB3's meaning)
-    :param hmemory_size: capacity of HMemory (transitions); default 5e4 from the paper (§V-A)
+    :param hmemory_size: capacity of HMemory (transitions); default 5e4 from the paper (§V-B)
     :param rho: probability of sampling a transition from HMemory; default 0.15, the middle of the paper's range
-        [0.05, 0.25] ("tuned according to the number of interaction threads", §V-A)
+        [0.05, 0.25] ("tuned according to the number of interaction threads", §V-B)
     :param n_steps: n of n-step returns (1: one-step transitions, ``discounts`` is None as in SB3's ``ReplayBuffer``)
     :param gamma: discount of the n-step returns (used only when ``n_steps > 1``)
     :param hmemory_top_k: an episode enters HMemory if its return is at least the k-th best so far; 1 (default) is

@@ -160,13 +160,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
         :param priorities: initial priorities ``|delta|`` of the ``n_envs`` transitions (e.g. from an Ape-X actor)
         """
-        if priorities is None:
-            new = np.full(self.n_envs, self.max_priority)
-        else:
-            new = check_priorities(priorities).reshape(-1) + self.eps
-            if new.shape != (self.n_envs,):
-                raise ValueError(f"Invalid priorities with {new.size} values: expected one per env ({self.n_envs})")
-            self.max_priority = max(self.max_priority, float(new.max()))
+        new = self._initial_priorities(priorities, self.n_envs)
         pos = self.pos
         super().add(obs, next_obs, action, reward, done, infos)
         first = pos * self.n_envs
@@ -198,15 +192,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         steps = len(reward)
         if not 0 < steps <= self.buffer_size:
             raise ValueError(f"Invalid block of {steps} steps: expected 1 to buffer_size ({self.buffer_size}) steps")
-        if priorities is None:
-            new = np.full(steps * self.n_envs, self.max_priority)
-        else:
-            new = check_priorities(priorities).reshape(-1) + self.eps
-            if new.size != steps * self.n_envs:
-                raise ValueError(
-                    f"Invalid priorities with {new.size} values: expected one per transition ({steps * self.n_envs})"
-                )
-            self.max_priority = max(self.max_priority, float(new.max()))
+        new = self._initial_priorities(priorities, steps * self.n_envs)
         pos = self.pos
         # Contiguous runs of rows (two when the block wraps around): slices, not gathers
         runs = [(pos, min(steps, self.buffer_size - pos))]
@@ -245,6 +231,16 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             # T adds would also have invalidated each row of the block before writing it (one more write count)
             later_rows = (pos + 1 + np.arange(steps - 1)) % self.buffer_size
             self.write_counts[(later_rows[:, None] * self.n_envs + np.arange(self.n_envs)).reshape(-1)] += 1
+
+    def _initial_priorities(self, priorities: np.ndarray | None, count: int) -> np.ndarray:
+        """Priorities of ``count`` new transitions: the given ones plus ``eps``, or the largest priority so far."""
+        if priorities is None:
+            return np.full(count, self.max_priority)
+        new = check_priorities(priorities).reshape(-1) + self.eps
+        if new.size != count:
+            raise ValueError(f"Invalid priorities with {new.size} values: expected one per new transition ({count})")
+        self.max_priority = max(self.max_priority, float(new.max()))
+        return new
 
     def _invalidate_row(self, row: int) -> None:
         """optimize_memory_usage: the row's observation was overwritten by the previous next observation, so its old
