@@ -42,6 +42,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from torch import nn
 
 from sb3_async.a3c import A3C
+from sb3_async.apex import ApeXDPG, ApeXDQN
 from sb3_async.async_q import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 from sb3_async.common.async_algorithm import AsyncAlgorithm
 
@@ -202,12 +203,14 @@ class ZooAlgorithm:
     :param algo_class: the sb3_async algorithm
     :param sampler: hyperparameter sampler for ``-optimize`` (the zoo's signature), None if there is none yet
     :param converter: turns a trial's sampled values into hyperparameters (``--storage ... --trial-id``)
+    :param worker_names: the algorithm's names for the worker count and the envs per worker (Ape-X: actors)
     """
 
     name: str
     algo_class: type[AsyncAlgorithm]
     sampler: Sampler | None = None
     converter: Converter | None = None
+    worker_names: tuple[str, str] = ("n_workers", "n_envs_per_worker")
 
     @property
     def __name__(self) -> str:  # type: ignore[override]  # push_to_hub reads ALGOS[algo].__name__
@@ -217,12 +220,14 @@ class ZooAlgorithm:
     def config_path(self) -> Path:
         return CONFIG_DIR / f"{self.name}.yml"
 
-    @staticmethod
-    def _worker_kwargs(env: VecEnv, kwargs: dict[str, Any]) -> dict[str, Any]:
-        n_workers, n_envs_per_worker = resolve_worker_counts(
-            env.num_envs, kwargs.pop("n_workers", None), kwargs.pop("n_envs_per_worker", None)
-        )
-        return dict(n_workers=n_workers, n_envs_per_worker=n_envs_per_worker)
+    def _worker_kwargs(self, env: VecEnv, kwargs: dict[str, Any]) -> dict[str, Any]:
+        workers, envs_per_worker = self.worker_names
+        n_workers, n_envs_per_worker = kwargs.pop(workers, None), kwargs.pop(envs_per_worker, None)
+        if workers != "n_workers":  # the generic names (the benchmark's scaling suite) work for every algorithm
+            n_workers = kwargs.pop("n_workers", n_workers)
+            n_envs_per_worker = kwargs.pop("n_envs_per_worker", n_envs_per_worker)
+        counts = resolve_worker_counts(env.num_envs, n_workers, n_envs_per_worker)
+        return dict(zip(self.worker_names, counts))
 
     def __call__(self, policy: Any, env: Any, **kwargs: Any) -> AsyncAlgorithm:
         """Build the algorithm on the zoo's VecEnv of ``n_envs`` envs (see the module docstring)."""
@@ -239,7 +244,7 @@ class ZooAlgorithm:
         if not isinstance(env, VecEnv):
             return self.algo_class.load(path, env=env, **kwargs)
         base = _check_zoo_env(env)
-        if "n_workers" in kwargs or "n_envs_per_worker" in kwargs:
+        if any(name in kwargs for name in (*self.worker_names, "n_workers", "n_envs_per_worker")):
             kwargs.update(self._worker_kwargs(env, kwargs))
         with _without_monitor_files(base):
             return self.algo_class.load(path, env=env, **kwargs)
@@ -251,6 +256,8 @@ ZOO_ALGORITHMS: tuple[ZooAlgorithm, ...] = (
     ZooAlgorithm("async_one_step_q", AsyncOneStepQ, sample_async_q_params, convert_async_q_params),
     ZooAlgorithm("async_sarsa", AsyncSarsa, sample_async_q_params, convert_async_q_params),
     ZooAlgorithm("async_n_step_q", AsyncNStepQ, sample_async_q_params, convert_async_q_params),
+    ZooAlgorithm("apex_dqn", ApeXDQN, worker_names=("n_actors", "n_envs_per_actor")),
+    ZooAlgorithm("apex_dpg", ApeXDPG, worker_names=("n_actors", "n_envs_per_actor")),
 )
 
 

@@ -423,7 +423,7 @@ class AsyncAlgorithm(BaseAlgorithm):
         next_log = start + iteration_steps * log_interval
         self._train_stats = {}
         while True:
-            for rank, kind, data in runtime.poll(timeout=0.02):
+            for rank, kind, data in runtime.poll(timeout=self._learner_step()):
                 if kind == "stats":
                     for env_index, entry in data["episodes"]:
                         pending[env_index].append(entry)
@@ -468,6 +468,10 @@ class AsyncAlgorithm(BaseAlgorithm):
         if self.num_timesteps >= total_timesteps:
             return False
         return target >= self.num_timesteps + self.n_envs or (finished and target > self.num_timesteps)
+
+    def _learner_step(self) -> float:
+        """Work of a learner in the main process (Ape-X), between two polls; returns how long the next poll may wait."""
+        return 0.02
 
     def _on_message(self, rank: int, kind: str, data: Any) -> None:
         raise RuntimeError(f"Unexpected message {kind!r} from worker {rank}")

@@ -1,0 +1,4 @@
+from sb3_async.apex.dpg import ApeXDPG
+from sb3_async.apex.dqn import ApeXDQN
+
+__all__ = ["ApeXDPG", "ApeXDQN"]

@@ -1,0 +1,424 @@
+"""What Ape-X DQN and Ape-X DPG share (Horgan et al. 2018, Algorithms 1 and 2): actors on the runtime, one learner in
+the main process, one prioritized replay.
+
+* Actors (:func:`apex_actor`, runtime workers): each steps its env copies with a local copy of the networks, builds
+  n-step transitions (:class:`~sb3_async.apex.returns.NStepBuilder`), computes their initial priorities ``|δ|`` with
+  its own copy in batch when it flushes its local buffer of ``block_size`` transitions, sends the block with
+  ``ctx.send`` and refreshes its parameters from the learner's published copy every ``actor_update_interval`` env
+  steps.
+* Learner (:meth:`ApeXAlgorithm._learner_step`, called by ``AsyncAlgorithm._supervise`` between two polls): inserts
+  the received blocks, samples prioritized batches, applies the IS-weighted update, writes back the new priorities,
+  refreshes the target network and publishes the parameters to shared memory.
+* Blocks in flight are bounded: an actor that has ``max_blocks_in_flight`` blocks not yet inserted waits (it keeps
+  answering stop/pause). The wait is counted and logged as ``rollout/actor_wait_fraction``; nothing is dropped.
+* The replay is a ring (``buffer_size``): the oldest transitions are overwritten first, the paper's FIFO trimming
+  done on every insert instead of every 100 learner steps, so the cap holds exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.save_util import load_from_pkl, save_to_pkl
+from stable_baselines3.common.type_aliases import Schedule
+from torch import nn
+
+from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transitions
+from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, check_float, check_int
+from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer
+from sb3_async.common.env_util import EnvRecipe
+from sb3_async.common.returns import bootstrap_truncated_rewards
+from sb3_async.common.runtime import WorkerContext, WorkerSpec
+from sb3_async.common.torch_utils import build_worker_policy
+
+
+@dataclass
+class ApeXActorConfig:
+    """What an Ape-X actor needs."""
+
+    env_recipe: EnvRecipe
+    n_envs: int
+    policy_class: type
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    policy_kwargs: dict[str, Any]
+    lr_schedule: Schedule
+    n_steps: int
+    gamma: float
+    block_size: int
+    actor_update_interval: int
+    max_blocks_in_flight: int
+    published: tuple[str, ...]
+    model_class: type[ApeXActorModel]
+    exploration: float
+
+
+class ApeXActorModel:
+    """The algorithm-specific part of an actor: acting, bootstrap values and initial priorities on its local copy.
+
+    :param policy: the actor's private policy (its published modules are refreshed from the learner)
+    :param cfg: the actor's configuration
+    :param rng: the actor's random generator
+    """
+
+    def __init__(self, policy: Any, cfg: ApeXActorConfig, rng: np.random.Generator):
+        self.policy, self.cfg, self.rng = policy, cfg, rng
+
+    @abstractmethod
+    def act(self, obs: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``(actions to store, actions for the env)`` for a batch of observations."""
+
+    @abstractmethod
+    def values(self, obs: np.ndarray) -> np.ndarray:
+        """Bootstrap values of time-limit-truncated last observations."""
+
+    @abstractmethod
+    def priorities(self, block: NStepTransitions) -> np.ndarray:
+        """Initial priorities ``|δ|`` of a block of n-step transitions."""
+
+
+def published_parameters(policy: nn.Module, names: tuple[str, ...]) -> list[torch.Tensor]:
+    """The parameters the learner publishes to the actors, in a fixed order."""
+    return [param for name in names for param in getattr(policy, name).parameters()]
+
+
+def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
+    """One Ape-X actor (Algorithm 1)."""
+    env = cfg.env_recipe.make_vec_env(cfg.n_envs, seed=ctx.base_seed + ctx.rank * cfg.n_envs)
+    policy = build_worker_policy(cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule, cfg.policy_kwargs)
+    policy.set_training_mode(False)
+    local = published_parameters(policy, cfg.published)
+    shared: list[torch.Tensor] = ctx.shared["params"]
+    inserted: torch.Tensor = ctx.shared["inserted"]
+    model = cfg.model_class(policy, cfg, np.random.default_rng(ctx.seed))
+    reporter = StatsReporter(ctx, env_offset=ctx.rank * cfg.n_envs)
+    builder = NStepBuilder(cfg.n_envs, cfg.n_steps, cfg.gamma)
+
+    def synchronize() -> None:  # θ ← learner.Parameters()
+        with torch.no_grad():
+            torch._foreach_copy_(local, shared)
+
+    synchronize()
+    obs = env.reset()
+    local_buffer: list[tuple[Any, Any, float, bool, Any]] = []
+    sent, since_sync, waited, started = 0, 0, 0.0, time.monotonic()
+
+    def flush() -> None:
+        nonlocal sent
+        block = stack_transitions(local_buffer)
+        local_buffer.clear()
+        ctx.send("transitions", (block, model.priorities(block).astype(np.float64)))
+        sent += 1
+
+    while not ctx.should_stop():
+        stored, env_actions = model.act(obs)
+        new_obs, rewards, dones, infos = env.step(env_actions)
+        rewards = rewards.astype(np.float32)
+        truncated = [i for i in np.flatnonzero(dones) if infos[i].get("TimeLimit.truncated", False)]
+        if truncated:  # bootstrap at time limits (SB3's convention): r + γ v(s_terminal), the transition stays done
+            mask = np.zeros(cfg.n_envs, dtype=bool)
+            mask[truncated] = True
+            values = np.zeros(cfg.n_envs, dtype=np.float32)
+            values[truncated] = model.values(np.stack([infos[i]["terminal_observation"] for i in truncated]))
+            rewards = bootstrap_truncated_rewards(rewards, mask, values, cfg.gamma)
+        reporter.record_infos(dones, infos)
+        local_buffer += builder.push(obs, stored, rewards, dones, new_obs)
+        obs = new_obs
+        ctx.add_steps(cfg.n_envs)
+        since_sync += cfg.n_envs
+        if len(local_buffer) >= cfg.block_size:
+            flush()
+            wait_start = time.monotonic()
+            # Bounded flow: wait while the learner has not inserted our older blocks (no drops, no unbounded queue).
+            while sent - int(inserted[ctx.rank]) > cfg.max_blocks_in_flight and not ctx.should_stop():
+                time.sleep(0.002)
+            waited += time.monotonic() - wait_start
+        if since_sync >= cfg.actor_update_interval:
+            synchronize()
+            since_sync = 0
+        reporter.record_train(actor_wait_fraction=waited / max(time.monotonic() - started, 1e-9))
+        reporter.maybe_flush(obs)
+    if local_buffer:
+        flush()
+    reporter.maybe_flush(obs, force=True)
+    env.close()
+
+
+class ApeXAlgorithm(AsyncAlgorithm):
+    """Base class of :class:`~sb3_async.ApeXDQN` and :class:`~sb3_async.ApeXDPG`.
+
+    :param buffer_size: replay capacity (transitions); oldest overwritten first (the paper's FIFO soft cap)
+    :param learning_starts: transitions in the replay before the learner starts (it waits without spinning)
+    :param batch_size: transitions per learner batch
+    :param gamma: discount factor
+    :param n_steps: n of the n-step transitions
+    :param target_update_interval: learner batches between two hard copies of the target network
+    :param alpha: priority exponent (0.6, Ape-X appendix)
+    :param beta: importance-sampling exponent (0.4, Ape-X appendix)
+    :param block_size: transitions an actor buffers before computing their priorities and sending them (50, paper)
+    :param actor_update_interval: env steps of an actor between two parameter refreshes (400, paper §4.1)
+    :param max_blocks_in_flight: blocks an actor may have sent and not yet inserted before it waits
+    :param replay_ratio: None (the paper: actors and learner each as fast as they can), or transitions the learner
+        replays per transition inserted once learning started; the learner then holds blocks back when it is behind
+        (its actors wait) and waits for data when it is ahead: SB3's fixed ``train_freq``/``gradient_steps`` ratio,
+        independent of how fast each side runs on a shared machine
+    :param n_actors: actor processes
+    :param n_envs_per_actor: envs stepped by each actor
+    Other arguments: :class:`~sb3_async.common.async_algorithm.AsyncAlgorithm`.
+    """
+
+    replay_buffer: PrioritizedReplayBuffer | None
+    #: Modules of the policy the learner publishes to the actors.
+    published_modules: ClassVar[tuple[str, ...]]
+    actor_model_class: ClassVar[type[ApeXActorModel]]
+
+    def __init__(
+        self,
+        policy: Any,
+        env: Any,
+        learning_rate: float | Schedule,
+        buffer_size: int,
+        learning_starts: int,
+        batch_size: int,
+        gamma: float,
+        n_steps: int,
+        target_update_interval: int,
+        alpha: float,
+        beta: float,
+        block_size: int,
+        actor_update_interval: int,
+        max_blocks_in_flight: int,
+        replay_ratio: float | None,
+        n_actors: int,
+        n_envs_per_actor: int,
+        **kwargs: Any,
+    ):
+        self.buffer_size = check_int("buffer_size", buffer_size)
+        self.learning_starts = check_int("learning_starts", learning_starts, minimum=0)
+        self.batch_size = check_int("batch_size", batch_size)
+        self.gamma = check_float("gamma", gamma, 0.0, 1.0)
+        self.n_steps = check_int("n_steps", n_steps)
+        self.target_update_interval = check_int("target_update_interval", target_update_interval)
+        self.alpha = check_float("alpha", alpha)
+        self.beta = check_float("beta", beta)
+        self.block_size = check_int("block_size", block_size)
+        self.actor_update_interval = check_int("actor_update_interval", actor_update_interval)
+        self.max_blocks_in_flight = check_int("max_blocks_in_flight", max_blocks_in_flight)
+        self.replay_ratio = None if replay_ratio is None else check_float("replay_ratio", replay_ratio)
+        if self.replay_ratio == 0:
+            raise ValueError("Invalid replay_ratio=0: expected a positive number or None")
+        self.replay_buffer = None
+        self._published: list[torch.Tensor] = []
+        self._inserted = torch.zeros(0, dtype=torch.int64)
+        self._reset_flow()
+        super().__init__(policy, env, learning_rate, n_workers=n_actors, n_envs_per_worker=n_envs_per_actor, **kwargs)
+
+    @property
+    def n_actors(self) -> int:
+        return self.n_workers
+
+    def _reset_flow(self) -> None:
+        self._flow = dict(received=0, inserted=0, inserted_learning=0, replayed=0, batches=0)
+        self._held: deque[tuple[int, NStepTransitions, np.ndarray]] = deque()
+        self._busy = 0.0
+        self._flow_start = time.monotonic()
+        self._last_metrics: dict[str, float] = {}
+        self._flow_start_steps = getattr(self, "num_timesteps", 0)
+
+    def _excluded_save_params(self) -> list[str]:
+        return [
+            *super()._excluded_save_params(),
+            "_published",
+            "_inserted",
+            "_flow",
+            "_busy",
+            "_flow_start",
+            "_flow_start_steps",
+            "_last_metrics",
+            "_held",
+        ]
+
+    def _setup_replay(self) -> None:
+        if self.replay_buffer is None:
+            self.replay_buffer = PrioritizedReplayBuffer(
+                self.buffer_size,
+                self.observation_space,
+                self.action_space,
+                device=self.device,
+                n_envs=1,
+                handle_timeout_termination=False,  # actors bootstrap time-limit truncations themselves
+                alpha=self.alpha,
+                beta=self.beta,
+            )
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        self.replay_buffer = None
+        self._reset_flow()
+
+    def save_replay_buffer(self, path: Any) -> None:
+        """Save the replay buffer (transitions and priorities) as a pickle file, as SB3's off-policy algorithms."""
+        assert self.replay_buffer is not None, "The replay buffer is not defined"
+        save_to_pkl(path, self.replay_buffer, self.verbose)
+
+    def load_replay_buffer(self, path: Any) -> None:
+        """Load a replay buffer saved by :meth:`save_replay_buffer`."""
+        buffer = load_from_pkl(path, self.verbose)
+        if not isinstance(buffer, PrioritizedReplayBuffer):
+            raise TypeError(
+                f"Invalid replay buffer in {path!r}: expected a PrioritizedReplayBuffer, got {type(buffer).__name__}"
+            )
+        self.replay_buffer = buffer
+
+    # --- actors ----------------------------------------------------------------------------------------------------
+
+    def _actor_exploration(self, rank: int) -> float:
+        """The exploration parameter of actor ``rank`` (ε_i for DQN, σ for DPG)."""
+        raise NotImplementedError
+
+    def _share_state(self) -> None:
+        self._setup_replay()
+        self._published = [param.detach().to("cpu", copy=True).share_memory_() for param in self._learner_parameters()]
+        self._inserted = torch.zeros(self.n_actors, dtype=torch.int64).share_memory_()
+
+    def _learner_parameters(self) -> list[torch.Tensor]:
+        return published_parameters(self.policy, self.published_modules)
+
+    def _publish(self) -> None:
+        with torch.no_grad():
+            if self.device.type == "cpu":
+                torch._foreach_copy_(self._published, self._learner_parameters())
+            else:  # learner on an accelerator: copy to the actors' CPU tensors one by one
+                for published, param in zip(self._published, self._learner_parameters()):
+                    published.copy_(param)
+
+    def _worker_specs(self) -> list[WorkerSpec]:
+        specs = []
+        for rank in range(self.n_actors):
+            cfg = ApeXActorConfig(
+                env_recipe=self._env_recipe,  # type: ignore[arg-type]
+                n_envs=self.n_envs_per_worker,
+                policy_class=self.policy_class,
+                observation_space=self.observation_space,
+                action_space=self.action_space,
+                policy_kwargs=self.policy_kwargs,
+                lr_schedule=self.lr_schedule,
+                n_steps=self.n_steps,
+                gamma=self.gamma,
+                block_size=self.block_size,
+                actor_update_interval=self.actor_update_interval,
+                max_blocks_in_flight=self.max_blocks_in_flight,
+                published=self.published_modules,
+                model_class=self.actor_model_class,
+                exploration=self._actor_exploration(rank),
+            )
+            shared = {"params": self._published, "inserted": self._inserted}
+            specs.append(WorkerSpec(apex_actor, cfg, shared, name=f"apex-actor-{rank}"))
+        self._reset_flow()
+        return specs
+
+    # --- learner ---------------------------------------------------------------------------------------------------
+
+    def _on_message(self, rank: int, kind: str, data: Any) -> None:
+        if kind != "transitions":
+            super()._on_message(rank, kind, data)
+            return
+        self._flow["received"] += len(data[0].returns)
+        self._held.append((rank, *data))
+        self._insert_ready()
+
+    def _learning(self) -> bool:
+        buffer = self.replay_buffer
+        return buffer is not None and buffer.size() > 0 and buffer.size() >= self.learning_starts
+
+    def _ratio_reached(self) -> bool:
+        """Whether the learner has replayed ``replay_ratio`` transitions per transition inserted since it started."""
+        return self.replay_ratio is None or self._flow["replayed"] >= self.replay_ratio * self._flow["inserted_learning"]
+
+    def _insert_ready(self) -> None:
+        """Insert the received blocks, or with ``replay_ratio`` only as many as keep the ratio (the others wait, and
+        their actors with them once they have ``max_blocks_in_flight`` blocks waiting)."""
+        assert self.replay_buffer is not None
+        while self._held and (not self._learning() or self._ratio_reached()):
+            rank, block, priorities = self._held.popleft()
+            n = len(block.returns)
+            learning = self._learning()
+            for start in range(0, n, self.buffer_size):  # a block larger than the replay keeps its newest part
+                part = slice(start, start + self.buffer_size)
+                self.replay_buffer.extend(
+                    block.obs[part, None],
+                    block.next_obs[part, None],
+                    block.actions[part, None],
+                    block.returns[part, None],
+                    block.dones[part, None],
+                    None,
+                    priorities=priorities[part, None],
+                )
+            self._flow["inserted"] += n
+            if learning:
+                self._flow["inserted_learning"] += n
+            self._inserted[rank] += 1
+
+    @abstractmethod
+    def _train_batch(self, batch: PrioritizedArrays) -> tuple[float, np.ndarray]:
+        """One gradient step on a prioritized batch; returns the loss and the batch's new ``|δ|``."""
+
+    @abstractmethod
+    def _update_target(self) -> None:
+        """Copy the online networks into the target networks."""
+
+    def _learner_step(self) -> float:
+        """Learner iterations for ~20 ms (the main process also polls actors and runs callbacks between two calls).
+
+        Returns how long the next poll may wait: 0 while learning, 20 ms while the replay is below
+        ``learning_starts`` (the learner then waits for data without spinning a core).
+        """
+        buffer = self.replay_buffer
+        if buffer is None or not self._learning():
+            return 0.02
+        start = time.monotonic()
+        self.policy.set_training_mode(True)
+        while time.monotonic() - start < 0.02:
+            self._insert_ready()
+            if self.replay_ratio is not None and self._ratio_reached():
+                break  # ahead of the actors: wait for data (the next poll blocks, no spinning)
+            self._learner_batch()
+        self.policy.set_training_mode(False)
+        self._publish()
+        busy = time.monotonic() - start
+        self._busy += busy
+        return 0.0 if busy >= 0.02 else 0.02
+
+    def _learner_batch(self) -> None:
+        """One learner iteration (Algorithm 2): sample a prioritized batch, update, write the priorities back,
+        refresh the target network every ``target_update_interval`` batches."""
+        assert self.replay_buffer is not None
+        batch = self.replay_buffer.sample_arrays(self.batch_size)
+        loss, td_abs = self._train_batch(batch)
+        self.replay_buffer.update_priorities(batch.indices, td_abs)
+        self._n_updates += 1
+        self._flow["batches"] += 1
+        self._flow["replayed"] += self.batch_size
+        self._last_metrics = dict(loss=loss, td_error_abs_mean=float(np.mean(td_abs)))
+        if self._n_updates % self.target_update_interval == 0:
+            self._update_target()
+
+    def _log_extra(self) -> None:
+        elapsed = max(time.monotonic() - self._flow_start, 1e-9)
+        for key, value in self._last_metrics.items():
+            self.logger.record(f"train/{key}", value)
+        self.logger.record("train/n_updates", self._n_updates)
+        self.logger.record("train/learner_batches_per_s", self._flow["batches"] / elapsed)
+        self.logger.record("train/learner_idle_fraction", 1.0 - min(1.0, self._busy / elapsed))
+        self.logger.record("rollout/replay_size", self.replay_buffer.size() if self.replay_buffer is not None else 0)
+        self.logger.record("rollout/transitions_received_per_s", self._flow["received"] / elapsed)
+        self.logger.record("rollout/transitions_inserted_per_s", self._flow["inserted"] / elapsed)
+        self.logger.record("rollout/transitions_replayed_per_s", self._flow["replayed"] / elapsed)
+        self.logger.record("rollout/actor_steps_per_s", (self.num_timesteps - self._flow_start_steps) / elapsed)

@@ -1,0 +1,228 @@
+"""Ape-X DQN (Horgan et al. 2018, "Distributed Prioritized Experience Replay", https://arxiv.org/abs/1803.00933, §3.1)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.dqn.policies import DQNPolicy
+
+from sb3_async.apex.base import ApeXActorModel, ApeXAlgorithm
+from sb3_async.apex.policies import DuelingCnnPolicy, DuelingDQNPolicy
+from sb3_async.apex.returns import (
+    NStepTransitions,
+    apex_epsilons,
+    bootstrapped_targets,
+    double_q_values,
+    weighted_squared_loss,
+)
+from sb3_async.common.async_algorithm import check_float
+from sb3_async.common.buffers.prioritized import PrioritizedArrays
+from sb3_async.common.exploration import epsilon_greedy
+from sb3_async.common.torch_utils import to_tensor
+
+
+class _DQNActorModel(ApeXActorModel):
+    """An Ape-X DQN actor: ε_i-greedy on its copy of q(·, θ); priorities from its copies of θ and θ⁻."""
+
+    def _q(self, obs: Any, target: bool = False) -> torch.Tensor:
+        return (self.policy.q_net_target if target else self.policy.q_net)(to_tensor(obs))
+
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with torch.no_grad():
+            greedy = self._q(obs).argmax(dim=1).numpy()
+        actions = epsilon_greedy(greedy, self.cfg.exploration, int(self.cfg.action_space.n), self.rng)  # type: ignore[attr-defined]
+        return actions, actions
+
+    def values(self, obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return double_q_values(self._q(obs), self._q(obs, target=True)).numpy()
+
+    def priorities(self, block: NStepTransitions) -> np.ndarray:
+        with torch.no_grad():
+            q = self._q(block.obs).gather(1, torch.as_tensor(block.actions, dtype=torch.long).reshape(-1, 1)).squeeze(1)
+            next_values = double_q_values(self._q(block.next_obs), self._q(block.next_obs, target=True))
+            targets = bootstrapped_targets(
+                torch.as_tensor(block.returns), torch.as_tensor(block.dones), next_values, self.cfg.gamma**self.cfg.n_steps
+            )
+            return (targets - q).abs().numpy()
+
+
+class ApeXDQN(ApeXAlgorithm):
+    """Ape-X DQN (Horgan et al. 2018, Algorithms 1 and 2, §3.1): ``n_actors`` actors with fixed ε_i-greedy exploration
+    feed one prioritized replay; the learner in the main process trains a dueling network with double Q-learning on
+    n-step returns, IS-weighted, and writes the new priorities back.
+
+    :param policy: ``"MlpPolicy"`` (dueling MLP), ``"CnnPolicy"`` (dueling Nature CNN, the paper's Atari network) or a
+        ``DQNPolicy`` subclass
+    :param env: env id, factory, ``gym.Env`` or ``VecEnv`` with a ``Discrete`` action space
+    :param learning_rate: 0.00025 / 4 (paper appendix)
+    :param buffer_size: replay capacity; 1e6, SB3's DQN default (the paper soft-limits a PNG-compressed replay at 2e6)
+    :param learning_starts: 50 000 transitions (paper appendix)
+    :param batch_size: 512 (paper §4.1)
+    :param gamma: 0.99 (DQN, the paper gives no other)
+    :param n_steps: 3 (paper §4.1)
+    :param target_update_interval: learner batches between target copies; 2500 (paper appendix)
+    :param max_grad_norm: gradient norm clipping; 40 (paper appendix)
+    :param exploration_base: ε of ε_i = ε^(1 + α i / (N - 1)); 0.4 (paper §4.1)
+    :param exploration_alpha: α; 7 (paper §4.1)
+    :param alpha: priority exponent; 0.6 (paper §4.1)
+    :param beta: importance-sampling exponent; 0.4 (paper §4.1)
+    :param block_size: transitions per actor block; 50 (paper §4.1)
+    :param actor_update_interval: env steps between parameter refreshes of an actor; 400 (paper §4.1)
+    :param max_blocks_in_flight: blocks sent and not yet inserted before an actor waits; 4 (ours: bounds memory)
+    :param replay_ratio: None (the paper: both sides as fast as they can) or transitions replayed per transition
+        inserted (see :class:`~sb3_async.apex.base.ApeXAlgorithm`)
+    :param n_actors: actor processes; default the CPU count
+    :param n_envs_per_actor: envs per actor, their inference batched (1)
+    :param policy_kwargs: for the policy; by default the paper's centered RMSProp (decay 0.95, eps 1.5e-7, no momentum,
+        appendix) as ``optimizer_class``/``optimizer_kwargs``; pass ``optimizer_class=torch.optim.Adam`` for SB3's DQN one
+    Other arguments: :class:`~sb3_async.common.async_algorithm.AsyncAlgorithm`.
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MlpPolicy": DuelingDQNPolicy, "CnnPolicy": DuelingCnnPolicy}
+    policy: DQNPolicy
+    published_modules = ("q_net", "q_net_target")
+    actor_model_class = _DQNActorModel
+
+    def __init__(
+        self,
+        policy: str | type[DQNPolicy],
+        env: GymEnv | str | Any | None,
+        learning_rate: float | Schedule = 0.00025 / 4,
+        buffer_size: int = 1_000_000,
+        learning_starts: int = 50_000,
+        batch_size: int = 512,
+        gamma: float = 0.99,
+        n_steps: int = 3,
+        target_update_interval: int = 2500,
+        max_grad_norm: float = 40.0,
+        exploration_base: float = 0.4,
+        exploration_alpha: float = 7.0,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        block_size: int = 50,
+        actor_update_interval: int = 400,
+        max_blocks_in_flight: int = 4,
+        replay_ratio: float | None = None,
+        n_actors: int | None = None,
+        n_envs_per_actor: int = 1,
+        backend: str = "mp",
+        start_method: str = "forkserver",
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: torch.device | str = "auto",
+        _init_setup_model: bool = True,
+    ):
+        self.max_grad_norm = check_float("max_grad_norm", max_grad_norm)
+        self.exploration_base = check_float("exploration_base", exploration_base, 0.0, 1.0)
+        self.exploration_alpha = check_float("exploration_alpha", exploration_alpha)
+        if policy_kwargs is not None and not isinstance(policy_kwargs, dict):
+            raise TypeError(f"Invalid policy_kwargs={policy_kwargs!r}: expected a dict or None")
+        policy_kwargs = dict(policy_kwargs or {})
+        if "optimizer_class" not in policy_kwargs:  # the paper's centered RMSProp (appendix)
+            policy_kwargs["optimizer_class"] = torch.optim.RMSprop
+            policy_kwargs.setdefault("optimizer_kwargs", dict(alpha=0.95, eps=1.5e-7, centered=True, momentum=0.0))
+        super().__init__(
+            policy,
+            env,
+            learning_rate,
+            buffer_size=buffer_size,
+            learning_starts=learning_starts,
+            batch_size=batch_size,
+            gamma=gamma,
+            n_steps=n_steps,
+            target_update_interval=target_update_interval,
+            alpha=alpha,
+            beta=beta,
+            block_size=block_size,
+            actor_update_interval=actor_update_interval,
+            max_blocks_in_flight=max_blocks_in_flight,
+            replay_ratio=replay_ratio,
+            n_actors=n_actors,  # type: ignore[arg-type]
+            n_envs_per_actor=n_envs_per_actor,
+            backend=backend,
+            start_method=start_method,
+            policy_kwargs=policy_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            verbose=verbose,
+            seed=seed,
+            device=device,
+            supported_action_spaces=(spaces.Discrete,),
+        )
+        if _init_setup_model:
+            self._setup_model()
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs)
+        if not isinstance(policy, DQNPolicy):
+            raise TypeError(f"Invalid policy={self.policy_class.__name__}: {type(self).__name__} needs a DQNPolicy subclass")
+        self.policy = policy.to(self.device)
+        self.policy.q_net_target.load_state_dict(self.policy.q_net.state_dict())
+        self.policy.q_net_target.set_training_mode(False)
+        self.policy.set_training_mode(False)
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        return ["policy", "policy.optimizer"], []
+
+    def _actor_exploration(self, rank: int) -> float:
+        return float(apex_epsilons(self.n_actors, self.exploration_base, self.exploration_alpha)[rank])
+
+    @property
+    def exploration_rate(self) -> float:
+        """ε of ``predict(deterministic=False)`` and of ``rollout/exploration_rate``: the mean of the actors' ε_i."""
+        return float(np.mean(apex_epsilons(self.n_actors, self.exploration_base, self.exploration_alpha)))
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """Greedy actions; with ``deterministic=False`` ε-greedy with :attr:`exploration_rate`, as SB3's DQN."""
+        actions, state = self.policy.predict(observation, state, episode_start, deterministic=True)
+        if deterministic:
+            return actions, state
+        batch = np.atleast_1d(actions)
+        explored = epsilon_greedy(batch, self.exploration_rate, int(self.action_space.n), np.random.default_rng())  # type: ignore[attr-defined]
+        return (explored if np.ndim(actions) else explored[0]), state
+
+    def _train_batch(self, batch: PrioritizedArrays) -> tuple[float, np.ndarray]:
+        self._update_learning_rate(self.policy.optimizer)
+        device = self.device
+        obs, next_obs = (
+            torch.as_tensor(batch.observations, device=device),
+            torch.as_tensor(batch.next_observations, device=device),
+        )
+        actions = torch.as_tensor(batch.actions, device=device).long().reshape(-1, 1)
+        returns = torch.as_tensor(batch.rewards, device=device).flatten()
+        dones = torch.as_tensor(batch.dones, device=device).flatten()
+        weights = torch.as_tensor(batch.weights, device=device).flatten()
+        with torch.no_grad():
+            next_values = double_q_values(self.policy.q_net(next_obs), self.policy.q_net_target(next_obs))
+            targets = bootstrapped_targets(returns, dones, next_values, self.gamma**self.n_steps)
+        q = self.policy.q_net(obs).gather(1, actions).squeeze(1)
+        td_errors = targets - q
+        loss = weighted_squared_loss(td_errors, weights)
+        self.policy.optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.policy.q_net.parameters(), self.max_grad_norm)
+        self.policy.optimizer.step()
+        return float(loss.item()), td_errors.detach().abs().cpu().numpy()
+
+    def _update_target(self) -> None:
+        self.policy.q_net_target.load_state_dict(self.policy.q_net.state_dict())
+
+    def _log_extra(self) -> None:
+        super()._log_extra()
+        self.logger.record("rollout/exploration_rate", self.exploration_rate)
