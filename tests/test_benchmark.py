@@ -278,7 +278,7 @@ def test_curve_band_holds_each_seed_from_its_first_to_after_its_last_evaluation(
 
 def test_runs_are_interleaved_and_carry_the_suite_settings() -> None:
     assert suites.select_algorithms(suites.get_suite("cartpole")) == [
-        "a3c", "async_one_step_q", "async_sarsa", "async_n_step_q", "a2c", "dqn"
+        "a3c", "async_one_step_q", "async_sarsa", "async_n_step_q", "apex_dqn", "a2c", "dqn"
     ]  # fmt: skip
     runs = suites.plan_runs(suites.get_suite("cartpole"), algos=["a3c", "a2c"], seeds=2, budget_seconds=33)
     assert [(run.seed, run.algo) for run in runs] == [(0, "a3c"), (0, "a2c"), (1, "a3c"), (1, "a2c")]
@@ -290,7 +290,7 @@ def test_runs_are_interleaved_and_carry_the_suite_settings() -> None:
 
 def test_a_new_algorithm_joins_by_registering(restore_registry: None) -> None:
     registry.register_algorithm("my_async_q", "sb3_async", peers="dqn", envs=("CartPole-v1",), optimizers=("sgd",))
-    ours = ["a3c", "async_one_step_q", "async_sarsa", "async_n_step_q", "my_async_q"]
+    ours = ["a3c", "async_one_step_q", "async_sarsa", "async_n_step_q", "apex_dqn", "my_async_q"]
     assert suites.select_algorithms(suites.get_suite("cartpole")) == [*ours, "a2c", "dqn"]
     assert suites.select_algorithms(suites.get_suite("smoke")) == ["a3c", "a2c"]  # the smoke suite stays a3c vs a2c
     assert "my_async_q" in {run.algo for run in suites.plan_runs(suites.get_suite("scaling"))}
@@ -304,7 +304,7 @@ def test_a_new_algorithm_joins_by_registering(restore_registry: None) -> None:
 
 def test_scaling_and_optimizer_variants() -> None:
     scaling = suites.plan_runs(suites.get_suite("scaling"))
-    assert {run.algo for run in scaling} == {"a3c", "async_one_step_q", "async_sarsa", "async_n_step_q"}  # no peer
+    assert {run.algo for run in scaling} == {"a3c", "async_one_step_q", "async_sarsa", "async_n_step_q", "apex_dqn"}  # no peer
     assert [run.params for run in scaling[:3]] == [{"n_workers": 1}, {"n_workers": 2}, {"n_workers": 4}]
     config = yaml.safe_load((REPO / "zoo_configs" / "a3c.yml").read_text())["CartPole-v1"]
     assert _worker_overrides(config, {"n_workers": 4}) == {

@@ -292,7 +292,8 @@ def test_vec_env_methods_and_wrappers():
         pids = venv.env_method("pid", indices=[0, 1])
         assert len(pids) == 2 and os.getpid() not in pids
         assert venv.env_is_wrapped(RecordEpisodeStatistics) == [True, True, True]
-        assert venv.env_is_wrapped(gym.wrappers.TimeLimit, indices=[0]) == [True]
+        # OrderEnforcing, not TimeLimit: rl_zoo3 (imported by other tests) patches gym.wrappers.TimeLimit in this process only
+        assert venv.env_is_wrapped(gym.wrappers.OrderEnforcing, indices=[0]) == [True]
         assert venv.has_attr("spec") and not venv.has_attr("nope")
         with pytest.raises(AttributeError):
             venv.get_attr("nope")
