@@ -13,7 +13,7 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
-from sb3_async.common.buffers.n_step import n_step_batch
+from sb3_async.common.buffers.n_step import check_n_steps, n_step_batch
 
 
 def admits_episode(episodic_return: float, best_returns: np.ndarray, top_k: int) -> bool:
@@ -99,10 +99,7 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
             raise ValueError(f"Invalid hmemory_size={hmemory_size!r}: expected a positive integer")
         if not 0.0 <= rho <= 1.0:
             raise ValueError(f"Invalid rho={rho!r}: expected a probability in [0, 1]")
-        if not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
-            raise ValueError(f"Invalid n_steps={n_steps!r}: expected a positive integer")
-        if n_steps > 1 and optimize_memory_usage:
-            raise ValueError("n_steps > 1 with optimize_memory_usage=True is not supported (as SB3's NStepReplayBuffer)")
+        check_n_steps(n_steps, optimize_memory_usage)
         if not isinstance(hmemory_top_k, (int, np.integer)) or hmemory_top_k < 1:
             raise ValueError(f"Invalid hmemory_top_k={hmemory_top_k!r}: expected a positive integer")
         super().__init__(

@@ -21,6 +21,16 @@ class NStepBatch(NamedTuple):
     last_inds: np.ndarray  # (batch,): buffer position whose next observation bootstraps the target
 
 
+def check_n_steps(n_steps: object, optimize_memory_usage: bool) -> int:
+    """``n_steps`` as an int >= 1, or a ``ValueError`` naming it; n-step returns need each step's own next observation,
+    which ``optimize_memory_usage`` does not keep (as SB3's ``NStepReplayBuffer``)."""
+    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
+        raise ValueError(f"Invalid n_steps={n_steps!r}: expected a positive integer")
+    if n_steps > 1 and optimize_memory_usage:
+        raise ValueError("n_steps > 1 with optimize_memory_usage=True is not supported (as SB3's NStepReplayBuffer)")
+    return int(n_steps)
+
+
 def n_step_targets(
     rewards_seq: np.ndarray, dones_seq: np.ndarray, timeouts_seq: np.ndarray, gamma: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -11,7 +11,7 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.vec_env import VecNormalize
 
-from sb3_async.common.buffers.n_step import n_step_batch
+from sb3_async.common.buffers.n_step import check_n_steps, n_step_batch
 from sb3_async.common.buffers.sum_tree import SumTree
 
 
@@ -120,10 +120,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise ValueError(f"Invalid beta={beta!r}: expected a non-negative number")
         if not eps > 0:
             raise ValueError(f"Invalid eps={eps!r}: expected a positive number")
-        if not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
-            raise ValueError(f"Invalid n_steps={n_steps!r}: expected a positive integer")
-        if n_steps > 1 and optimize_memory_usage:
-            raise ValueError("n_steps > 1 with optimize_memory_usage=True is not supported (as SB3's NStepReplayBuffer)")
+        check_n_steps(n_steps, optimize_memory_usage)
         super().__init__(
             buffer_size,
             observation_space,
