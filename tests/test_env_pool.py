@@ -467,6 +467,9 @@ def test_parent_death_or_ctrl_c_leaves_no_process(how):
         import gymnasium as gym
         from sb3_async import AsyncEnvPool
 
+        # Ctrl-C raises KeyboardInterrupt even when the tests run from a background job (SIGINT ignored there)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
         class Slow(gym.Wrapper):
             def step(self, action):
                 time.sleep(30)
