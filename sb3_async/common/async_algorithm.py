@@ -38,7 +38,8 @@ from sb3_async.common.normalization import (
     statistics_state,
     vec_normalizes,
 )
-from sb3_async.common.runtime import BACKENDS, START_METHODS, Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
+from sb3_async.common.processes import START_METHODS
+from sb3_async.common.runtime import BACKENDS, Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
 
 SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
 

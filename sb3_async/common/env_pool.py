@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from multiprocessing import get_context, reduction
+from multiprocessing import reduction
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
@@ -39,13 +39,12 @@ import numpy as np
 from gymnasium import spaces
 
 from sb3_async.common.processes import (
-    START_METHODS,
     WorkerError,
-    _exit_if_importing_main,
-    _main_module_importable,
     _report_and_exit,
     _stop_processes,
     _watch_parent,
+    process_context,
+    start_process,
 )
 
 if TYPE_CHECKING:
@@ -422,12 +421,10 @@ class AsyncEnvPool:
             raise ValueError(f"Invalid n_workers={n_workers}: at most n_envs={self.n_envs} workers")
         if on_error not in ON_ERROR:
             raise ValueError(f"Invalid on_error={on_error!r}: expected one of {', '.join(ON_ERROR)}")
-        if start_method not in START_METHODS:
-            raise ValueError(f"Invalid start_method={start_method!r}: expected one of {', '.join(START_METHODS)}")
         if not isinstance(autoreset, bool):
             raise TypeError(f"autoreset must be a bool, got {autoreset!r}")
         self.autoreset, self.on_error, self.start_method = autoreset, on_error, start_method
-        self._ctx: Any = get_context(start_method)
+        self._ctx: Any = process_context(start_method)
 
         self.possible_agents: list[int] = list(range(self.n_envs))
         self.agents: list[int] = list(self.possible_agents)
@@ -471,15 +468,12 @@ class AsyncEnvPool:
         ids = self._worker_ids[w]
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)  # duplex: a Unix socket, which can carry the fd
         blob = cloudpickle.dumps([self._factories[i] for i in ids])
-        proc = self._ctx.Process(
-            target=_worker_main,
-            name=f"sb3_async-env-pool-{w}",
-            args=(w, ids, blob, child_conn, os.getpid(), self.autoreset, self.on_error),
-            daemon=True,
+        proc = start_process(
+            self._ctx,
+            _worker_main,
+            f"sb3_async-env-pool-{w}",
+            (w, ids, blob, child_conn, os.getpid(), self.autoreset, self.on_error),
         )
-        _exit_if_importing_main()  # an unguarded main script: one clear error in the main process (see processes.py)
-        with _main_module_importable():  # `python - < script.py`: workers must not re-import '<stdin>'
-            proc.start()
         child_conn.close()
         self._procs[w], self._conns[w] = proc, parent_conn
 

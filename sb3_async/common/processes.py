@@ -29,6 +29,8 @@ __all__ = [
     "_report_and_exit",
     "_stop_processes",
     "_watch_parent",
+    "process_context",
+    "start_process",
 ]
 
 START_METHODS = ("forkserver", "spawn", "fork")
@@ -92,6 +94,30 @@ def _main_module_importable() -> Iterator[None]:
         yield
     finally:
         main.__file__ = main_file
+
+
+def process_context(start_method: str, preload: Sequence[str] = ()) -> Any:
+    """The multiprocessing context every sb3_async process starts from (``start_method`` checked here, once);
+    ``preload``: modules the forkserver imports once for all its children."""
+    if start_method not in START_METHODS:
+        raise ValueError(f"Invalid start_method={start_method!r}: expected one of {', '.join(START_METHODS)}")
+    ctx = multiprocessing.get_context(start_method)
+    if start_method == "forkserver" and preload:
+        ctx.set_forkserver_preload(list(preload))
+    return ctx
+
+
+def start_process(ctx: Any, target: Any, name: str, args: tuple[Any, ...]) -> Any:
+    """Start ``target(*args)`` in a new daemonic process of ``ctx``: the one place sb3_async starts a process (the
+    runtime's workers and the env pool's alike). An unguarded main script being re-imported by a worker exits quietly
+    here (:func:`_exit_if_importing_main`); a main module that is not a file is not re-imported by the child
+    (:func:`_main_module_importable`). The target is expected to call :func:`_watch_parent` first and to report with
+    :func:`_report_and_exit`; :func:`_stop_processes` stops what this started."""
+    _exit_if_importing_main()
+    proc = ctx.Process(target=target, name=name, args=args, daemon=True)
+    with _main_module_importable():
+        proc.start()
+    return proc
 
 
 def _watch_parent(parent_pid: int) -> None:

@@ -38,17 +38,16 @@ from typing import Any
 import cloudpickle
 import numpy as np
 import torch
-import torch.multiprocessing as mp
+import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reductions for the tensors workers get)
 
 from sb3_async.common.processes import (
     EXIT_UNGUARDED_MAIN,
-    START_METHODS,
     WorkerError,
-    _exit_if_importing_main,
-    _main_module_importable,
     _report_and_exit,
     _stop_processes,
     _watch_parent,
+    process_context,
+    start_process,
 )
 
 BACKENDS = ("mp",)
@@ -219,12 +218,8 @@ class MultiprocessingRuntime(Runtime):
     """
 
     def __init__(self, start_method: str = "forkserver"):
-        if start_method not in START_METHODS:
-            raise ValueError(f"Invalid start_method={start_method!r}: expected one of {', '.join(START_METHODS)}")
+        self._ctx: Any = process_context(start_method, _FORKSERVER_PRELOAD)
         self.start_method = start_method
-        self._ctx: Any = mp.get_context(start_method)
-        if start_method == "forkserver":
-            self._ctx.set_forkserver_preload(_FORKSERVER_PRELOAD)
         self._procs: list[Any] = []
         self._names: list[str] = []
         self._conns: list[Connection] = []
@@ -242,15 +237,13 @@ class MultiprocessingRuntime(Runtime):
     def start(self, specs: Sequence[WorkerSpec], seed: int, start_timesteps: int, total_timesteps: int) -> None:
         if not specs:
             raise ValueError("At least one worker spec is needed")
-        _exit_if_importing_main()
         n = len(specs)
         self._steps = torch.zeros(n, dtype=torch.int64).share_memory_()
         self._control = torch.zeros(2, dtype=torch.int64).share_memory_()
         self._parked = torch.zeros(n, dtype=torch.int64).share_memory_()
         self._finished = [False] * n
         try:
-            with _main_module_importable():
-                self._start_processes(specs, seed, start_timesteps, total_timesteps)
+            self._start_processes(specs, seed, start_timesteps, total_timesteps)
         except BaseException:
             self.close()
             raise
@@ -263,10 +256,11 @@ class MultiprocessingRuntime(Runtime):
         for rank, spec in enumerate(specs):
             reader, writer = self._ctx.Pipe(duplex=False)
             blob = cloudpickle.dumps((spec.fn, spec.payload))
-            proc = self._ctx.Process(
-                target=_worker_main,
-                name=f"sb3_async-{spec.name}",
-                args=(
+            proc = start_process(
+                self._ctx,
+                _worker_main,
+                f"sb3_async-{spec.name}",
+                (
                     rank,
                     spec.name,
                     n,
@@ -281,9 +275,7 @@ class MultiprocessingRuntime(Runtime):
                     start_timesteps,
                     total_timesteps,
                 ),
-                daemon=True,
             )
-            proc.start()
             writer.close()
             self._procs.append(proc)
             self._names.append(spec.name)
