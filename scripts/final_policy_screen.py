@@ -10,6 +10,7 @@ episodes). Prints one ``RESULT {json}`` line. Run each call in a fresh process, 
     done; done
     python scripts/final_policy_screen.py one_step_q 0 lin_1e-3 '{"loss": "huber"}'
     python scripts/final_policy_screen.py n_step_q 0 lin_1e-3 '{"n_workers": 1, "n_envs_per_worker": 16}'
+    python scripts/final_policy_screen.py sarsa 0 lin_2e-3 '{"per_worker_eps": true}'  # one final ε per worker
 
 The lines of the screening behind the zoo configs are in ``benchmarks/results/final_policy/screening.jsonl``; the
 5-seed measurement is the benchmark suite ``final_policy``.
@@ -30,6 +31,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_async import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 from sb3_async.async_q.async_q import AsyncQLearning
+from sb3_async.common.exploration import sample_final_epsilons
 
 CLASSES = {"n_step_q": AsyncNStepQ, "one_step_q": AsyncOneStepQ, "sarsa": AsyncSarsa}
 
@@ -59,7 +61,13 @@ def main(argv: list[str]) -> None:
     n_timesteps = int(overrides.pop("n_timesteps", 500_000))
     learning_rate = LinearSchedule(float(lr[4:]), 0.0, 1.0) if lr.startswith("lin_") else float(lr)
     kwargs = dict(n_workers=2, n_envs_per_worker=8, target_update_interval=2000, exploration_fraction=0.1, **overrides)
+    per_worker_eps = bool(kwargs.pop("per_worker_eps", False))
     model = CLASSES[name]("MlpPolicy", "CartPole-v1", learning_rate=learning_rate, seed=seed, **kwargs)
+    if per_worker_eps:  # before issue 17: one final ε per worker, shared by its envs
+        draws = sample_final_epsilons(
+            model.n_workers, model.exploration_final_eps, model.exploration_final_eps_probs, np.random.default_rng(seed)
+        )
+        model.worker_final_eps = np.repeat(draws[:, None], model.n_envs_per_worker, axis=1)
     periodic = PeriodicEval(model, make_vec_env("CartPole-v1", n_envs=1, seed=1000 + seed))
     start = time.perf_counter()
     model.learn(n_timesteps, callback=periodic)

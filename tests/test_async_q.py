@@ -13,6 +13,7 @@ from stable_baselines3.common.envs import FakeImageEnv, SimpleMultiObsEnv
 from stable_baselines3.common.evaluation import evaluate_policy
 
 from sb3_async import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
+from sb3_async.common.exploration import epsilon_greedy, linear_epsilon
 from sb3_async.common.hogwild import HogwildAlgorithm
 from sb3_async.common.policies import MnihCNN
 
@@ -78,13 +79,26 @@ def test_target_network_refreshed_every_interval_only():
     assert any(not torch.equal(a, b) for a, b in zip(initial, refreshed.policy.q_net_target.parameters()))
 
 
-def test_workers_draw_their_final_epsilon_from_the_paper_distribution():
-    model = AsyncNStepQ("MlpPolicy", "CartPole-v1", n_workers=16, seed=0)
+def test_each_env_draws_its_final_epsilon_from_the_paper_distribution():
+    model = AsyncNStepQ("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=8, seed=0)
     final = model._final_epsilons()
-    assert len(final) == 16 and set(final) <= {0.1, 0.01, 0.5} and len(set(final)) > 1
+    assert final.shape == (2, 8) and set(final.flat) <= {0.1, 0.01, 0.5} and len(set(final.flat)) == 3
     assert model._final_epsilons() is final  # drawn once per model
+    model.n_envs_per_worker = 4  # another layout: drawn again
+    assert model._final_epsilons().shape == (2, 4)
     single = AsyncNStepQ("MlpPolicy", "CartPole-v1", n_workers=4, exploration_final_eps=0.05, seed=0)
-    assert single._final_epsilons().tolist() == [0.05] * 4
+    assert single._final_epsilons().tolist() == [[0.05]] * 4
+
+
+def test_per_env_epsilons_anneal_and_explore_per_env():
+    final = np.array([0.5, 0.01])
+    assert linear_epsilon(1.0, 1.0, final, 0.1).tolist() == [1.0, 1.0]
+    assert linear_epsilon(0.95, 1.0, final, 0.1) == pytest.approx([0.75, 0.505])  # half-way through the annealing
+    assert linear_epsilon(0.5, 1.0, final, 0.1).tolist() == [0.5, 0.01]
+    greedy = np.zeros(20_000, dtype=np.int64)
+    eps = np.repeat([1.0, 0.0], 10_000)  # first half always explores (2 actions: half change), second never
+    explored = epsilon_greedy(greedy, eps, 2, np.random.default_rng(0))
+    assert np.mean(explored[:10_000] != 0) == pytest.approx(0.5, abs=0.03) and not explored[10_000:].any()
 
 
 def test_predict_is_epsilon_greedy_like_dqn():

@@ -50,7 +50,7 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
         steps_since_noise += 1
         return sample_actions(local, obs)
 
-    def terminal_value(obs: Any) -> np.ndarray:
+    def terminal_value(obs: Any, envs: np.ndarray | None = None) -> np.ndarray:  # V(s) is the same for every env
         with torch.no_grad():
             return local.predict_values(to_tensor(obs)).flatten().numpy()
 

@@ -47,7 +47,7 @@ class _AsyncQWorkerConfig(HogwildWorkerConfig):
     loss: str
     target_update_interval: int
     exploration_initial_eps: float
-    exploration_final_eps: float
+    exploration_final_eps: np.ndarray  # one final ε per env of the worker
     exploration_fraction: float
 
 
@@ -70,13 +70,13 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
     rng = np.random.default_rng(ctx.seed)
     sarsa = cfg.target == "sarsa"
 
-    def epsilon() -> float:
+    def epsilon() -> np.ndarray:  # one ε per env
         return linear_epsilon(
             ctx.progress_remaining, cfg.exploration_initial_eps, cfg.exploration_final_eps, cfg.exploration_fraction
         )
 
-    def act(obs: Any) -> np.ndarray:
-        return epsilon_greedy(_q_values(q_net, obs).argmax(axis=1), epsilon(), n_actions, rng)
+    def act(obs: Any, envs: np.ndarray | slice = slice(None)) -> np.ndarray:  # envs: whose ε (default: all)
+        return epsilon_greedy(_q_values(q_net, obs).argmax(axis=1), epsilon()[envs], n_actions, rng)
 
     # Sarsa needs a' = the action actually taken in s': each step's next action is chosen as soon as s' is seen and
     # taken at the next step (of this segment or the next one).
@@ -87,10 +87,10 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
         next_actions[0] = None
         return actions
 
-    def terminal_value(obs: Any) -> np.ndarray:  # bootstrap of a time-limit truncation, from θ⁻
+    def terminal_value(obs: Any, envs: np.ndarray) -> np.ndarray:  # bootstrap of a time-limit truncation, from θ⁻
         q_target = _q_values(target_net, obs)
-        if sarsa:  # the action the worker would take in s_terminal (never taken: the env was reset)
-            return q_target[np.arange(len(q_target)), act(obs)]
+        if sarsa:  # the action the env's ε-greedy policy would take in s_terminal (never taken: the env was reset)
+            return q_target[np.arange(len(q_target)), act(obs, envs)]
         return q_target.max(axis=1)
 
     while not ctx.should_stop():
@@ -127,7 +127,7 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
             target_updates[0] = refresh
             with torch.no_grad():
                 torch._foreach_copy_(shared_target, worker.shared_params)
-        worker.reporter.record_train(loss=loss.item() / n, exploration_rate=epsilon())
+        worker.reporter.record_train(loss=loss.item() / n, exploration_rate=float(np.mean(epsilon())))
         worker.reporter.maybe_flush(worker.obs)
     worker.close()
 
@@ -148,8 +148,11 @@ class AsyncQLearning(HogwildAlgorithm):
     :param target_update_interval: global env steps between two refreshes of the shared target network θ⁻;
         10 000, the paper's 40 000 frames at the Atari action repeat of 4 (supp. §2)
     :param exploration_initial_eps: ε at the start; 1 from the paper (supp. §2)
-    :param exploration_final_eps: each worker's final ε: a float (every worker), or a tuple of values that each worker
-        samples from with ``exploration_final_eps_probs``; the paper's (0.1, 0.01, 0.5) (supp. §2)
+    :param exploration_final_eps: the final ε: a float (every env), or a tuple of values that each env draws from
+        with ``exploration_final_eps_probs``; the paper's (0.1, 0.01, 0.5) (supp. §2). The paper draws one ε per
+        actor-learner thread, each stepping one env; here each env draws its own (a worker steps several envs), so
+        16 envs keep the paper's mix of 16 threads however they are spread over workers (with one draw per worker,
+        2 workers on CartPole-v1 ended without any ε = 0.5 env in 3 of 4 seeds: docs/benchmarks.md "final_policy")
     :param exploration_final_eps_probs: probabilities of ``exploration_final_eps``; the paper's (0.4, 0.3, 0.3)
     :param exploration_fraction: share of training over which ε is annealed; 0.1, the paper's 4 million frames in
         a 10M-step (40M-frame) Atari run; SB3's DQN default too
@@ -299,14 +302,17 @@ class AsyncQLearning(HogwildAlgorithm):
         self.logger.record("rollout/exploration_rate", self.exploration_rate)
 
     def _final_epsilons(self) -> np.ndarray:
-        """Each worker's final ε, drawn once per model (saved with it) and redrawn if ``n_workers`` changes."""
-        if self.worker_final_eps is None or len(self.worker_final_eps) != self.n_workers:
+        """The final ε of each env, shape ``(n_workers, n_envs_per_worker)``: drawn once per model (saved with it) and
+        redrawn if the layout changes."""
+        shape = (self.n_workers, self.n_envs_per_worker)
+        if self.worker_final_eps is None or np.shape(self.worker_final_eps) != shape:
             rng = np.random.default_rng(self.seed)
-            self.worker_final_eps = sample_final_epsilons(
-                self.n_workers, self.exploration_final_eps, self.exploration_final_eps_probs, rng
+            draws = sample_final_epsilons(
+                self.n_workers * self.n_envs_per_worker, self.exploration_final_eps, self.exploration_final_eps_probs, rng
             )
+            self.worker_final_eps = draws.reshape(shape)
             if self.verbose >= 1:
-                print(f"{type(self).__name__}: final ε of the workers: {self.worker_final_eps.tolist()}")
+                print(f"{type(self).__name__}: final ε of each worker's envs: {self.worker_final_eps.tolist()}")
         return self.worker_final_eps
 
     def _worker_specs(self) -> list[WorkerSpec]:
@@ -325,7 +331,7 @@ class AsyncQLearning(HogwildAlgorithm):
                 loss=self.loss,
                 target_update_interval=self.target_update_interval,
                 exploration_initial_eps=self.exploration_initial_eps,
-                exploration_final_eps=float(final_eps),
+                exploration_final_eps=np.asarray(final_eps, dtype=np.float64),
                 exploration_fraction=self.exploration_fraction,
             )
             specs.append(WorkerSpec(_async_q_worker, cfg, dict(shared), name=f"{self.target}-{rank}"))

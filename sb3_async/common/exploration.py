@@ -2,15 +2,19 @@
 
 "The value based methods sampled the exploration rate ε from a distribution taking three values ε1, ε2, ε3 with
 probabilities 0.4, 0.3, 0.3. The values of ε1, ε2, ε3 were annealed from 1 to 0.1, 0.01, 0.5 respectively over the
-first four million frames." Each worker draws its final ε once; every worker anneals linearly from the initial ε.
+first four million frames." Each env draws its final ε once (each of the paper's threads steps one env; a worker here
+steps several); every env anneals linearly from the initial ε.
 Pure functions, tested against hand-computed values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
+
+FloatOrArray = TypeVar("FloatOrArray", float, np.ndarray)
 
 #: Final exploration rates and their probabilities (supp. §2).
 PAPER_FINAL_EPSILONS: tuple[float, ...] = (0.1, 0.01, 0.5)
@@ -37,14 +41,16 @@ def check_epsilons(values: Sequence[float], probs: Sequence[float] | None) -> tu
 def sample_final_epsilons(
     n_workers: int, values: Sequence[float], probs: Sequence[float], rng: np.random.Generator
 ) -> np.ndarray:
-    """The final ε of each of ``n_workers`` workers, drawn independently from ``values`` with ``probs``."""
+    """``n_workers`` final ε (one per env of the asynchronous Q methods), drawn independently from ``values`` with
+    ``probs``."""
     return rng.choice(np.asarray(values, dtype=np.float64), size=n_workers, p=np.asarray(probs, dtype=np.float64))
 
 
-def linear_epsilon(progress_remaining: float, initial: float, final: float, fraction: float) -> float:
+def linear_epsilon(progress_remaining: float, initial: float, final: FloatOrArray, fraction: float) -> FloatOrArray:
     """ε annealed linearly from ``initial`` to ``final`` over the first ``fraction`` of training, then constant.
 
     :param progress_remaining: 1 at the start of training, 0 at the end (SB3's convention)
+    :param final: the final ε, or an array of them (one per env): the result has its shape
     :param fraction: share of training over which ε is annealed (0: ``final`` at once)
     """
     progress = 1.0 - progress_remaining
@@ -53,8 +59,9 @@ def linear_epsilon(progress_remaining: float, initial: float, final: float, frac
     return initial + (final - initial) * progress / fraction
 
 
-def epsilon_greedy(greedy_actions: np.ndarray, epsilon: float, n_actions: int, rng: np.random.Generator) -> np.ndarray:
-    """``greedy_actions`` with each replaced, with probability ``epsilon``, by a uniformly random action."""
+def epsilon_greedy(greedy_actions: np.ndarray, epsilon: FloatOrArray, n_actions: int, rng: np.random.Generator) -> np.ndarray:
+    """``greedy_actions`` with each replaced, with probability ``epsilon`` (one for all, or one per action), by a
+    uniformly random action."""
     explore = rng.random(len(greedy_actions)) < epsilon
     if not explore.any():
         return greedy_actions

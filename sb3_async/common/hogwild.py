@@ -111,14 +111,15 @@ class HogwildWorker:
     def collect(
         self,
         act: Callable[[Any], np.ndarray],
-        terminal_value: Callable[[Any], np.ndarray],
+        terminal_value: Callable[[Any, np.ndarray], np.ndarray],
         env_action: Callable[[np.ndarray], np.ndarray] = lambda actions: actions,
     ) -> Segment:
         """Step the envs for ``n_steps`` steps, or to a terminal state with one env ("until terminal s_t or
         t - t_start == t_max", Alg. S1-S3; with several envs, fixed-length segments with done masks, as A2C).
 
         :param act: actions for a batch of observations
-        :param terminal_value: bootstrap values of a batch of last observations of time-limit-truncated episodes
+        :param terminal_value: bootstrap values of a batch of last observations of time-limit-truncated episodes,
+            called with the observations and the indices of their envs
         :param env_action: maps the policy's actions to the env's (e.g. clipping to a Box)
         """
         cfg = self.cfg
@@ -127,10 +128,11 @@ class HogwildWorker:
             actions = act(self.obs)
             new_obs, rewards, dones, infos = self.env.step(env_action(actions))
             rewards = rewards.astype(np.float32)
-            truncated = [i for i in np.flatnonzero(dones) if infos[i].get("TimeLimit.truncated", False)]
-            if truncated:  # bootstrap at time limits, as SB3 does: r + γ V(s_terminal), the step stays done
+            truncated = np.array([i for i in np.flatnonzero(dones) if infos[i].get("TimeLimit.truncated", False)], dtype=int)
+            if truncated.size:  # bootstrap at time limits, as SB3 does: r + γ V(s_terminal), the step stays done
                 values = np.zeros(cfg.n_envs, dtype=np.float32)
-                values[truncated] = terminal_value(stack_steps([[infos[i]["terminal_observation"] for i in truncated]]))
+                last_obs = stack_steps([[infos[i]["terminal_observation"] for i in truncated]])
+                values[truncated] = terminal_value(last_obs, truncated)
                 mask = np.zeros(cfg.n_envs, dtype=bool)
                 mask[truncated] = True
                 rewards = bootstrap_truncated_rewards(rewards, mask, values, cfg.gamma)
