@@ -101,6 +101,9 @@ def test_atari_vec_env_template():
     env = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=1, seed=0), 4)
     model = A3C("CnnPolicy", env, n_workers=2, seed=0)
     assert model.observation_space.shape == (4, 84, 84)
+    # the paper's heads sit on the 256 features (supp. §2): no hidden layer between them
+    assert model.policy.action_net.in_features == 256 and model.policy.value_net.in_features == 256
+    assert not any(isinstance(m, torch.nn.Linear) for m in model.policy.mlp_extractor.modules())
     model.learn(100)
     assert model.num_timesteps >= 100
 

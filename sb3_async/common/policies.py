@@ -44,11 +44,13 @@ class MnihCNN(BaseFeaturesExtractor):
 class A3CCnnPolicy(ActorCriticCnnPolicy):
     """SB3's ``ActorCriticCnnPolicy`` with the paper's :class:`MnihCNN` as default features extractor.
 
-    A softmax policy head and a linear value head on the shared 256-unit features, as in supp. §2.
+    A softmax policy head and a linear value head on the shared 256-unit features, as in supp. §2: no hidden layer
+    between them by default (SB3 adds two 64-unit layers per head for any extractor but its ``NatureCNN``).
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, **kwargs: Any):
         kwargs.setdefault("features_extractor_class", MnihCNN)
+        kwargs.setdefault("net_arch", [])
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
 
