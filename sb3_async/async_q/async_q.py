@@ -87,7 +87,7 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
         next_actions[0] = None
         return actions
 
-    def terminal_value(obs: Any) -> np.ndarray:  # bootstrap of a time-limit truncation, from θ⁻
+    def terminal_value(obs: Any, envs: np.ndarray) -> np.ndarray:  # bootstrap of a time-limit truncation, from θ⁻
         q_target = _q_values(target_net, obs)
         if sarsa:  # the action the worker would take in s_terminal (never taken: the env was reset)
             return q_target[np.arange(len(q_target)), act(obs)]

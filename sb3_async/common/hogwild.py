@@ -102,6 +102,9 @@ class HogwildWorker:
         )
         self.reporter = StatsReporter(ctx, env_offset=ctx.rank * cfg.n_envs)
         self.obs = self.env.reset()
+        # whether each env's current observation starts an episode (recurrent policies reset their state there);
+        # all True at first, as RecurrentPPO's `_last_episode_starts`
+        self.episode_starts = np.ones(cfg.n_envs, dtype=bool)
 
     def synchronize(self) -> None:
         """θ' = θ."""
@@ -111,14 +114,15 @@ class HogwildWorker:
     def collect(
         self,
         act: Callable[[Any], np.ndarray],
-        terminal_value: Callable[[Any], np.ndarray],
+        terminal_value: Callable[[Any, np.ndarray], np.ndarray],
         env_action: Callable[[np.ndarray], np.ndarray] = lambda actions: actions,
     ) -> Segment:
         """Step the envs for ``n_steps`` steps, or to a terminal state with one env ("until terminal s_t or
         t - t_start == t_max", Alg. S1-S3; with several envs, fixed-length segments with done masks, as A2C).
 
         :param act: actions for a batch of observations
-        :param terminal_value: bootstrap values of a batch of last observations of time-limit-truncated episodes
+        :param terminal_value: bootstrap values of a batch of last observations of time-limit-truncated episodes,
+            given with the indices of their envs
         :param env_action: maps the policy's actions to the env's (e.g. clipping to a Box)
         """
         cfg = self.cfg
@@ -130,7 +134,8 @@ class HogwildWorker:
             truncated = [i for i in np.flatnonzero(dones) if infos[i].get("TimeLimit.truncated", False)]
             if truncated:  # bootstrap at time limits, as SB3 does: r + γ V(s_terminal), the step stays done
                 values = np.zeros(cfg.n_envs, dtype=np.float32)
-                values[truncated] = terminal_value(stack_steps([[infos[i]["terminal_observation"] for i in truncated]]))
+                terminal_obs = stack_steps([[infos[i]["terminal_observation"] for i in truncated]])
+                values[truncated] = terminal_value(terminal_obs, np.array(truncated))
                 mask = np.zeros(cfg.n_envs, dtype=bool)
                 mask[truncated] = True
                 rewards = bootstrap_truncated_rewards(rewards, mask, values, cfg.gamma)
@@ -139,7 +144,7 @@ class HogwildWorker:
             segment.actions.append(actions)
             segment.rewards.append(rewards)
             segment.dones.append(dones)
-            self.obs = new_obs
+            self.obs, self.episode_starts = new_obs, dones
             if cfg.n_envs == 1 and dones[0]:
                 break
         segment.next_obs = self.obs
