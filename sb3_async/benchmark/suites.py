@@ -283,10 +283,14 @@ def optimizer_variants(entry: AlgorithmEntry) -> list[Variant]:
 
 def memory_variants(entry: AlgorithmEntry) -> list[Variant]:
     """The peers and A3C-LSTM as configured, plus, for contrast, the feed-forward A3C with the same settings (the
-    zoo entry's MLP without its LSTM)."""
+    zoo entry's MLP without its LSTM) for 100k steps, RecurrentPPO's ``n_timesteps`` in the zoo."""
     if not entry.is_ours:
         return [Variant()]
-    feed_forward = {"policy": "MlpPolicy", "policy_kwargs": "dict(ortho_init=False, activation_fn=nn.ReLU, net_arch=[64])"}
+    feed_forward = {
+        "policy": "MlpPolicy",
+        "policy_kwargs": "dict(ortho_init=False, activation_fn=nn.ReLU, net_arch=dict(pi=[64], vf=[64]))",
+        "n_timesteps": 100_000,
+    }
     return [Variant(), Variant("feed-forward", feed_forward, {"policy": "MlpPolicy"})]
 
 
@@ -407,7 +411,7 @@ register_suite(
         ("CartPoleNoVel-v1",),
         seeds=3,
         eval_interval=10_000,
-        budget_seconds=300,
+        budget_seconds=600,
         algos=("a3c",),
         variants=memory_variants,
     )
