@@ -410,7 +410,7 @@ register_suite(
         "race",
         ("CartPoleNoVel-v1",),
         seeds=3,
-        eval_interval=10_000,
+        eval_interval=5_000,  # RecurrentPPO runs ~200 env steps/s here: 10k steps would be a 50 s grid for it
         budget_seconds=600,
         algos=("a3c",),
         variants=memory_variants,
