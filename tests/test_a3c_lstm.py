@@ -206,6 +206,18 @@ def test_aliases_learn(alias: str, policy_class: type) -> None:
     assert model.num_timesteps >= 200
 
 
+@pytest.mark.parametrize("algo", ["a3c", "async_one_step_q", "async_sarsa"])
+def test_time_limit_bootstraps_run_in_every_gradient_sharing_worker(algo: str) -> None:
+    """``collect()`` passes the truncated envs' indices to every algorithm's ``terminal_value``."""
+    from sb3_async import AsyncOneStepQ, AsyncSarsa
+
+    algo_class = {"a3c": A3C, "async_one_step_q": AsyncOneStepQ, "async_sarsa": AsyncSarsa}[algo]
+    model = algo_class("MlpPolicy", lambda: gym.make("CartPole-v1", max_episode_steps=3), n_workers=1, n_envs_per_worker=2)
+    model.learn(120)
+    assert model.num_timesteps >= 120 and len(model.ep_info_buffer) > 0
+    assert all(info["l"] <= 3 for info in model.ep_info_buffer)
+
+
 def test_cnn_lstm_policy_is_the_papers_network() -> None:
     """Mnih's CNN (its 256-unit layer), 256 LSTM cells after it, the heads directly on the LSTM (§5.1)."""
     model = A3C("CnnLstmPolicy", FakeImageEnv(n_channels=1, discrete=True), n_workers=1, _init_setup_model=True)
