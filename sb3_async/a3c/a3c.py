@@ -8,13 +8,15 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch
 from gymnasium import spaces
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy, RecurrentMultiInputActorCriticPolicy
+from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy, MultiInputActorCriticPolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from torch.nn import functional as F
 
 from sb3_async.common.async_algorithm import check_float, check_int
-from sb3_async.common.hogwild import HogwildAlgorithm, HogwildWorker, HogwildWorkerConfig, stack_steps, tensor_obs
-from sb3_async.common.policies import A3CCnnPolicy, SoftplusGaussianPolicy
+from sb3_async.common.hogwild import HogwildAlgorithm, HogwildWorker, HogwildWorkerConfig, Segment, stack_steps, tensor_obs
+from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, SoftplusGaussianPolicy
 from sb3_async.common.returns import gae_advantages, nstep_returns
 from sb3_async.common.runtime import WorkerContext, WorkerSpec
 from sb3_async.common.torch_utils import sample_actions, to_tensor
@@ -32,10 +34,86 @@ class _A3CWorkerConfig(HogwildWorkerConfig):
     sde_sample_freq: int
 
 
+def _env_major(batch: Any, n_envs: int) -> Any:
+    """A time-major batch ``(n_steps * n_envs, ...)`` reordered env-major: one sequence per env, as sb3-contrib's
+    recurrent policies read it (dict observations key by key)."""
+    if isinstance(batch, dict):
+        return {key: _env_major(value, n_envs) for key, value in batch.items()}
+    shape = batch.shape[1:]
+    return batch.reshape(-1, n_envs, *shape).transpose(0, 1).reshape(-1, *shape)
+
+
+def _time_major(batch: torch.Tensor, n_envs: int) -> torch.Tensor:
+    """The inverse of :func:`_env_major` for a flat ``(n_envs * n_steps,)`` output."""
+    return batch.reshape(n_envs, -1).T.flatten()
+
+
+class LstmCarry:
+    """The LSTM states of a worker's envs (sb3-contrib's ``RNNStates``), carried from step to step and across
+    segments; they never leave the worker.
+
+    At each step the policy resets the state of an env whose observation starts an episode (``episode_starts``, as
+    in RecurrentPPO). The loss replays a segment from the states held at its start, detached: backpropagation
+    through time is truncated at the segment, t_max steps (A3C LSTM, Mnih et al. 2016 §5.1).
+
+    :param policy: the worker's recurrent policy θ'
+    :param n_envs: the worker's envs
+    """
+
+    def __init__(self, policy: RecurrentActorCriticPolicy, n_envs: int):
+        self.policy = policy
+        lstm = policy.lstm_actor
+        shape = (lstm.num_layers, n_envs, lstm.hidden_size)
+        self.states = RNNStates((torch.zeros(shape), torch.zeros(shape)), (torch.zeros(shape), torch.zeros(shape)))
+
+    def act(self, obs: Any, episode_starts: np.ndarray) -> np.ndarray:
+        """Sample actions for the envs' observations and advance their states."""
+        with torch.no_grad():
+            actions, _, _, self.states = self.policy(to_tensor(obs), self.states, _as_float(episode_starts))
+        return actions.numpy()
+
+    def values(self, obs: Any, envs: np.ndarray, episode_starts: np.ndarray) -> np.ndarray:
+        """V(obs) of the envs ``envs`` from their critic states, the observations that follow their last step (as
+        RecurrentPPO's bootstraps)."""
+        vf_states = (self.states.vf[0][:, envs], self.states.vf[1][:, envs])
+        with torch.no_grad():
+            return self.policy.predict_values(to_tensor(obs), vf_states, _as_float(episode_starts)).flatten().numpy()
+
+    def replay(
+        self, segment: Segment, actions: torch.Tensor, states: RNNStates, episode_starts: np.ndarray
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Values, log-probabilities and entropies of a segment's steps (time-major, as the segment), evaluated with
+        gradients from ``states`` and ``episode_starts`` held at its start.
+
+        :param segment: the steps, from :meth:`HogwildWorker.collect`
+        :param actions: the segment's actions, time-major
+        :param states: the LSTM states before the segment's first step
+        :param episode_starts: whether each env's first observation of the segment starts an episode
+        """
+        n_envs = len(episode_starts)
+        starts = np.stack([episode_starts, *segment.dones[:-1]])  # step t's observation starts an episode
+        values, log_prob, entropy = self.policy.evaluate_actions(
+            _env_major(tensor_obs(segment.obs), n_envs),
+            _env_major(actions, n_envs),
+            states,
+            _as_float(starts.T.flatten()),
+        )
+        return (
+            _time_major(values.flatten(), n_envs),
+            _time_major(log_prob, n_envs),
+            None if entropy is None else _time_major(entropy, n_envs),
+        )
+
+
+def _as_float(flags: np.ndarray) -> torch.Tensor:
+    return torch.as_tensor(flags, dtype=torch.float32)
+
+
 def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     """One actor-learner of supp. Algorithm S3; ``n_envs`` envs stepped in lockstep share each update."""
     worker = HogwildWorker(ctx, cfg)
     local = worker.policy  # θ'
+    lstm = LstmCarry(local, cfg.n_envs) if isinstance(local, RecurrentActorCriticPolicy) else None
     box = isinstance(cfg.action_space, spaces.Box)
     low, high = (cfg.action_space.low, cfg.action_space.high) if isinstance(cfg.action_space, spaces.Box) else (None, None)
     discrete = isinstance(cfg.action_space, spaces.Discrete)
@@ -48,9 +126,13 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
         if cfg.use_sde and cfg.sde_sample_freq > 0 and steps_since_noise % cfg.sde_sample_freq == 0:
             local.reset_noise(cfg.n_envs)
         steps_since_noise += 1
+        if lstm is not None:
+            return lstm.act(obs, worker.episode_starts)
         return sample_actions(local, obs)
 
-    def terminal_value(obs: Any, envs: np.ndarray | None = None) -> np.ndarray:  # V(s) is the same for every env
+    def terminal_value(obs: Any, envs: np.ndarray) -> np.ndarray:
+        if lstm is not None:  # a truncated episode goes on into its terminal observation
+            return lstm.values(obs, envs, np.zeros(len(envs), dtype=bool))
         with torch.no_grad():
             return local.predict_values(to_tensor(obs)).flatten().numpy()
 
@@ -62,12 +144,21 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
         if cfg.use_sde:  # SB3's A2C samples gSDE noise at the start of each rollout
             local.reset_noise(cfg.n_envs)
             steps_since_noise = 0
+        if lstm is not None:  # what the loss replays the segment from (truncated BPTT)
+            start_states, start_episode_starts = lstm.states, worker.episode_starts
         segment = worker.collect(act, terminal_value, env_action)
-        last_values = terminal_value(segment.next_obs)  # V(s_t; θ'_v), or 0 for a terminal s_t (via dones)
+        all_envs = np.arange(cfg.n_envs)
+        if lstm is not None:  # V(s_t; θ'_v), or 0 for a terminal s_t (via dones)
+            last_values = lstm.values(segment.next_obs, all_envs, worker.episode_starts)
+        else:
+            last_values = terminal_value(segment.next_obs, all_envs)
         batch_actions = torch.as_tensor(stack_steps(segment.actions))
         if discrete:
             batch_actions = batch_actions.long().flatten()
-        values, log_prob, entropy = local.evaluate_actions(tensor_obs(segment.obs), batch_actions)
+        if lstm is not None:
+            values, log_prob, entropy = lstm.replay(segment, batch_actions, start_states, start_episode_starts)
+        else:
+            values, log_prob, entropy = local.evaluate_actions(tensor_obs(segment.obs), batch_actions)
         values = values.flatten()
         rewards, dones = np.stack(segment.rewards), np.stack(segment.dones)
         if cfg.gae_lambda == 1.0:  # the paper's n-step returns, exactly
@@ -100,7 +191,11 @@ class A3C(HogwildAlgorithm):
     to θ with a lock-free optimizer (shared RMSProp by default).
 
     :param policy: ``"MlpPolicy"``, ``"CnnPolicy"`` (the paper's Atari network), ``"MultiInputPolicy"``,
-        ``"SoftplusMlpPolicy"`` (the paper's continuous head), or a policy class
+        ``"SoftplusMlpPolicy"`` (the paper's continuous head), the recurrent ``"MlpLstmPolicy"``, ``"CnnLstmPolicy"``
+        (the paper's A3C LSTM: its Atari network, then 256 LSTM cells) and ``"MultiInputLstmPolicy"`` (sb3-contrib's
+        ``RecurrentActorCriticPolicy`` family: each worker carries its envs' LSTM states across segments and
+        backpropagates through each segment; ``predict(obs, state, episode_start)`` as with ``RecurrentPPO``), or a
+        policy class
     :param env: env id, factory, ``gym.Env`` or ``VecEnv``; every worker builds its own copies
     :param learning_rate: learning rate or schedule of global progress; 7e-4 as SB3's A2C (the paper samples it from
         LogUniform(1e-4, 1e-2) and anneals it to 0: pass ``stable_baselines3.common.utils.LinearSchedule``)
@@ -140,6 +235,9 @@ class A3C(HogwildAlgorithm):
         "CnnPolicy": A3CCnnPolicy,
         "MultiInputPolicy": MultiInputActorCriticPolicy,
         "SoftplusMlpPolicy": SoftplusGaussianPolicy,
+        "MlpLstmPolicy": RecurrentActorCriticPolicy,
+        "CnnLstmPolicy": A3CCnnLstmPolicy,
+        "MultiInputLstmPolicy": RecurrentMultiInputActorCriticPolicy,
     }
     policy: ActorCriticPolicy
 

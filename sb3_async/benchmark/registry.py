@@ -166,6 +166,9 @@ register_env("LunarLander-v3", 200, requires="pip install 'sb3-async[box2d]'")
 register_env("Pendulum-v1", -200)
 register_env("HalfCheetah-v5", 3000, requires="pip install 'sb3-async[mujoco]'")
 register_env("PongNoFrameskip-v4", 18, requires="pip install 'sb3-async[atari]'")
+# CartPole-v1 with its velocities masked (rl_zoo3's MaskVelocityWrapper; the zoo registers the id): a task that needs
+# memory; CartPole's threshold.
+register_env("CartPoleNoVel-v1", 475)
 
 # --- Registered algorithms: one call each ----------------------------------------------------------------------------
 
@@ -176,10 +179,11 @@ _MUJOCO_ALIASES = {"HalfCheetah-v5": "HalfCheetah-v4"}
 register_algorithm(
     "a3c",
     "sb3_async",
-    peers="a2c",
-    envs=("CartPole-v1", "LunarLander-v3", "Pendulum-v1", "HalfCheetah-v5", PONG),
+    peers=("a2c", "ppo_lstm"),  # ppo_lstm: sb3-contrib's RecurrentPPO, the peer of A3C-LSTM on CartPoleNoVel-v1
+    envs=("CartPole-v1", "LunarLander-v3", "Pendulum-v1", "HalfCheetah-v5", PONG, "CartPoleNoVel-v1"),
     optimizers=("shared_rmsprop", "rmsprop", "sgd"),
 )
+register_algorithm("ppo_lstm", "sb3", envs=("CartPoleNoVel-v1",))
 register_algorithm(
     "a2c", "sb3", envs=("CartPole-v1", "LunarLander-v3", "Pendulum-v1", "HalfCheetah-v5", PONG), config_aliases=_MUJOCO_ALIASES
 )

@@ -177,9 +177,11 @@ def select_algorithms(suite: Suite, algos: Sequence[str] | None = None) -> list[
     else:
         ours = [name for name, entry in ALGORITHMS.items() if entry.is_ours and set(entry.envs) & set(suite.envs)]
     chosen = list(ours)
-    if suite.include_peers:
+    if suite.include_peers:  # the peers benchmarked on the suite's envs (A3C's ppo_lstm runs on CartPoleNoVel-v1 only)
         for name in ours:
-            chosen += [peer for peer in peers_of(name) if peer not in chosen]
+            chosen += [
+                peer for peer in peers_of(name) if peer not in chosen and set(get_algorithm(peer).envs) & set(suite.envs)
+            ]
     return chosen
 
 
@@ -277,6 +279,19 @@ def optimizer_variants(entry: AlgorithmEntry) -> list[Variant]:
         for lr in SWEEP_LEARNING_RATES
         for opt in entry.optimizers
     ]
+
+
+def memory_variants(entry: AlgorithmEntry) -> list[Variant]:
+    """The peers and A3C-LSTM as configured, plus, for contrast, the feed-forward A3C with the same settings (the
+    zoo entry's MLP without its LSTM) for 100k steps, RecurrentPPO's ``n_timesteps`` in the zoo."""
+    if not entry.is_ours:
+        return [Variant()]
+    feed_forward = {
+        "policy": "MlpPolicy",
+        "policy_kwargs": "dict(ortho_init=False, activation_fn=nn.ReLU, net_arch=dict(pi=[64], vf=[64]))",
+        "n_timesteps": 100_000,
+    }
+    return [Variant(), Variant("feed-forward", feed_forward, {"policy": "MlpPolicy"})]
 
 
 register_suite(
@@ -385,5 +400,19 @@ register_suite(
         evals_per_run=10,
         final_eval_episodes=20,
         algos=("async_one_step_q", "async_sarsa", "async_n_step_q"),
+    )
+)
+register_suite(
+    Suite(
+        "memory",
+        "CartPoleNoVel-v1 (CartPole without velocities: needs memory), time to a 475 evaluation mean, A3C with an LSTM "
+        "against sb3-contrib's RecurrentPPO (the zoo's ppo_lstm settings), and the feed-forward A3C for contrast",
+        "race",
+        ("CartPoleNoVel-v1",),
+        seeds=3,
+        eval_interval=5_000,  # RecurrentPPO runs ~200 env steps/s here: 10k steps would be a 50 s grid for it
+        budget_seconds=600,
+        algos=("a3c",),
+        variants=memory_variants,
     )
 )

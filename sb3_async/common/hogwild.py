@@ -102,6 +102,9 @@ class HogwildWorker:
         )
         self.reporter = StatsReporter(ctx, env_offset=ctx.rank * cfg.n_envs)
         self.obs = self.env.reset()
+        # whether each env's current observation starts an episode (recurrent policies reset their state there);
+        # all True at first, as RecurrentPPO's `_last_episode_starts`
+        self.episode_starts = np.ones(cfg.n_envs, dtype=bool)
 
     def synchronize(self) -> None:
         """θ' = θ."""
@@ -141,7 +144,7 @@ class HogwildWorker:
             segment.actions.append(actions)
             segment.rewards.append(rewards)
             segment.dones.append(dones)
-            self.obs = new_obs
+            self.obs, self.episode_starts = new_obs, dones
             if cfg.n_envs == 1 and dones[0]:
                 break
         segment.next_obs = self.obs

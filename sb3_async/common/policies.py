@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 from gymnasium import spaces
+from sb3_contrib.common.recurrent.policies import RecurrentActorCriticCnnPolicy
 from stable_baselines3.common.distributions import DiagGaussianDistribution, Distribution
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
@@ -46,6 +47,21 @@ class A3CCnnPolicy(ActorCriticCnnPolicy):
 
     A softmax policy head and a linear value head on the shared 256-unit features, as in supp. §2: no hidden layer
     between them by default (SB3 adds two 64-unit layers per head for any extractor but its ``NatureCNN``).
+    """
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, **kwargs: Any):
+        kwargs.setdefault("features_extractor_class", MnihCNN)
+        kwargs.setdefault("net_arch", [])
+        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
+
+
+class A3CCnnLstmPolicy(RecurrentActorCriticCnnPolicy):
+    """sb3-contrib's ``CnnLstmPolicy`` on the paper's network: :class:`MnihCNN` (256 units), then 256 LSTM cells,
+    then the policy and value heads (A3C LSTM: "an additional 256 LSTM cells after the final hidden layer", §5.1).
+
+    ``net_arch`` defaults to ``[]`` (no extra layer between the LSTM and the heads). Deviation: sb3-contrib gives the
+    critic its own LSTM by default (``enable_critic_lstm=True``); its ``shared_lstm=True``, the paper's single LSTM,
+    detaches the value path from the LSTM and the CNN, so the value loss would no longer train them.
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, **kwargs: Any):
