@@ -31,6 +31,10 @@ from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.runtime import WorkerContext
 from sb3_async.common.torch_utils import build_worker_policy, clip_grad_norm, to_tensor
 
+#: The shared entries gradient-sharing workers update in place (:attr:`WorkerSpec.synced`): θ and the optimizer
+#: statistics. Across machines (``backend="ray"``) each machine runs Hogwild on its own copy and the runtime merges them.
+HOGWILD_SYNCED = ("params", "optimizer_state")
+
 
 def stack_steps(items: list[Any]) -> Any:
     """``(n_steps, n_envs, ...)`` arrays flattened to ``(n_steps * n_envs, ...)`` (dict observations key by key)."""
