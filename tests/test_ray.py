@@ -14,7 +14,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.evaluation import evaluate_policy
 
-from sb3_async import A3C, ApeXDQN, WorkerError
+from sb3_async import A3C, ApeXDPG, ApeXDQN, AsyncNStepQ, WorkerError
 from sb3_async.common.ray_runtime import NAMESPACE, RAY_INSTALL_HINT, entry_tensors, merge_changes
 from sb3_async.common.runtime import make_runtime
 from tests.test_apex import BestEval, _cartpole_dqn, one_torch_thread  # noqa: F401  (a fixture)
@@ -144,6 +144,32 @@ def test_apex_actors_run_on_both_nodes_and_nothing_stays(cluster):
     assert model._n_updates > 0 and model.num_timesteps >= 2000
     assert ray.is_initialized() and len(ray.nodes()) == 2  # the user's cluster is left running
     assert _our_actors(ray) == []
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("algo", ["n_step_q", "apex_dpg"])
+def test_async_q_and_apex_dpg_run_on_the_cluster(cluster, algo, tmp_path):
+    """The other algorithms with workers: the driver's copy (what save() writes) gets the machines' updates, the
+    async Q family's target network and optimizer statistics included (each machine's, averaged)."""
+    if algo == "n_step_q":
+        model = AsyncNStepQ("MlpPolicy", "CartPole-v1", n_workers=2, target_update_interval=500, seed=0, backend="ray")
+        modules = [model.policy.q_net, model.policy.q_net_target]
+        env = "CartPole-v1"
+    else:
+        model = ApeXDPG("MlpPolicy", "Pendulum-v1", backend="ray", **{**FAST_DQN, "policy_kwargs": dict(net_arch=[32, 32])})
+        modules = [model.policy.actor]
+        env = "Pendulum-v1"
+    before = [[param.detach().clone() for param in module.parameters()] for module in modules]
+    model.learn(2000)
+    for module, old in zip(modules, before):
+        assert any(not torch.equal(a, b) for a, b in zip(old, module.parameters()))
+    if algo == "n_step_q":
+        statistics = model.policy.optimizer.state_tensors()
+        assert all(bool((tensor >= 0).all()) for tensor in statistics) and any(bool(tensor.any()) for tensor in statistics)
+    model.save(tmp_path / "model.zip")
+    loaded = type(model).load(tmp_path / "model.zip", env=gym.make(env))
+    obs = model.observation_space.sample()[None]
+    np.testing.assert_allclose(model.predict(obs, deterministic=True)[0], loaded.predict(obs, deterministic=True)[0])
 
 
 def _kill_a_host(model) -> None:

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from sb3_async.common.async_algorithm import check_float, check_int
 from sb3_async.common.hogwild import (
-    HOGWILD_SYNCED,
+    HOGWILD_ENTRIES,
     HogwildAlgorithm,
     HogwildWorker,
     HogwildWorkerConfig,
@@ -238,6 +238,6 @@ class A3C(HogwildAlgorithm):
             sde_sample_freq=self.sde_sample_freq,
         )
         return [
-            WorkerSpec(_a3c_worker, cfg, self._hogwild_shared(), name=f"a3c-{rank}", synced=HOGWILD_SYNCED)
+            WorkerSpec(_a3c_worker, cfg, self._hogwild_shared(), name=f"a3c-{rank}", **HOGWILD_ENTRIES)
             for rank in range(self.n_workers)
         ]

@@ -30,7 +30,7 @@ from sb3_async.common.exploration import (
     sample_final_epsilons,
 )
 from sb3_async.common.hogwild import (
-    HOGWILD_SYNCED,
+    HOGWILD_ENTRIES,
     HogwildAlgorithm,
     HogwildWorker,
     HogwildWorkerConfig,
@@ -337,7 +337,16 @@ class AsyncQLearning(HogwildAlgorithm):
                 exploration_final_eps=float(final_eps),
                 exploration_fraction=self.exploration_fraction,
             )
-            specs.append(WorkerSpec(_async_q_worker, cfg, dict(shared), name=f"{self.target}-{rank}", synced=HOGWILD_SYNCED))
+            specs.append(
+                WorkerSpec(
+                    _async_q_worker,
+                    cfg,
+                    dict(shared),
+                    name=f"{self.target}-{rank}",
+                    synced=HOGWILD_ENTRIES["synced"],
+                    averaged=(*HOGWILD_ENTRIES["averaged"], "target_params"),  # θ⁻: each machine refreshes its own
+                )
+            )
         return specs
 
 

@@ -131,6 +131,7 @@ class RayHost:
         first = specs[0].shared
         self._synced = [tensor for name in specs[0].synced for tensor in entry_tensors(first[name])]
         self._base = [tensor.detach().clone() for tensor in self._synced]
+        self._averaged = [tensor for name in specs[0].averaged for tensor in entry_tensors(first[name])]
         self._published = {name: entry_tensors(first[name]) for name in specs[0].published}
         self._runtime = MultiprocessingRuntime(start_method)
         with _main_file_hidden():
@@ -169,6 +170,7 @@ class RayHost:
             messages = []
             errors.append((error.rank, error.name, error.exitcode, error.worker_traceback))
         changes = None if global_values is None else merge_changes(self._synced, self._base, global_values)
+        averaged = None if global_values is None else [tensor.detach().numpy().copy() for tensor in self._averaged]
         return dict(
             messages=messages,
             steps=runtime.steps(),
@@ -176,6 +178,7 @@ class RayHost:
             finished=not runtime.running(),
             errors=errors,
             changes=changes,
+            averaged=averaged,
         )
 
     def restart(self, rank: int) -> None:
@@ -204,6 +207,7 @@ class _HostState:
     alive: bool = True
     last_sync: float = 0.0
     published_versions: dict[str, int] = field(default_factory=dict)
+    averaged: list[np.ndarray] | None = None
 
 
 class RayRuntime(Runtime):
@@ -263,6 +267,7 @@ class RayRuntime(Runtime):
         self._run: tuple[int, int, int] = (0, 0, 0)
         self._generations: dict[int, int] = {}
         self._synced: list[torch.Tensor] = []
+        self._averaged: list[torch.Tensor] = []
         self._published: dict[str, list[torch.Tensor]] = {}
         self._versions: dict[str, int] = {}
         self._refs: dict[str, Any] = {}
@@ -337,6 +342,7 @@ class RayRuntime(Runtime):
         self._specs, self._run = list(specs), (seed, start_timesteps, total_timesteps)
         first = specs[0].shared
         self._synced = [tensor for name in specs[0].synced for tensor in entry_tensors(first[name])]
+        self._averaged = [tensor for name in specs[0].averaged for tensor in entry_tensors(first[name])]
         self._published = {name: entry_tensors(first[name]) for name in specs[0].published}
         self._versions = {name: 0 for name in self._published}
         try:
@@ -375,7 +381,9 @@ class RayRuntime(Runtime):
                 if host.published_versions.get(name, 0) < version:
                     published[name] = [self._refs[name]]
                     host.published_versions[name] = version
-            sync = bool(self._synced) and (now - host.last_sync >= self.sync_interval or host.finished or self._stop)
+            sync = bool(self._synced or self._averaged) and (
+                now - host.last_sync >= self.sync_interval or host.finished or self._stop
+            )
             global_values = [tensor.detach().numpy() for tensor in self._synced] if sync else None
             if sync:
                 host.last_sync = now
@@ -403,7 +411,12 @@ class RayRuntime(Runtime):
         if reply["changes"] is not None:
             for tensor, change in zip(self._synced, reply["changes"]):
                 tensor.detach().numpy()[...] += change  # the synced entries live on the CPU (shared memory)
-        if host.finished and (host.inflight_synced or not self._synced):
+        if reply["averaged"] is not None:
+            host.averaged = reply["averaged"]
+            copies = [other.averaged for other in self._hosts if other.averaged is not None]
+            for i, tensor in enumerate(self._averaged):
+                tensor.detach().numpy()[...] = np.mean([copy[i] for copy in copies], axis=0)
+        if host.finished and (host.inflight_synced or not (self._synced or self._averaged)):
             host.done = True
         for rank, name, exitcode, worker_traceback in reply["errors"]:
             if rank not in self._failed:

@@ -67,6 +67,9 @@ class WorkerSpec:
     :param synced: entries of ``shared`` the workers update in place (parameters, optimizer statistics). Where shared
         memory does not reach every worker (``backend="ray"`` across machines), each machine keeps its own copy and
         the runtime adds every machine's changes to the main process' copy (and theirs to the others')
+    :param averaged: entries of ``shared`` the workers update in place that each machine keeps for itself (optimizer
+        statistics: a sum of several machines' decays would drive them negative); the main process' copy (saved with
+        the model) is the mean of the machines' copies
     :param published: entries of ``shared`` only the main process writes and the workers read (Ape-X's parameters);
         the main process calls :meth:`Runtime.publish` after writing one, so that backends without shared memory
         copy it to the workers
@@ -77,6 +80,7 @@ class WorkerSpec:
     shared: dict[str, Any] = field(default_factory=dict)
     name: str = "worker"
     synced: tuple[str, ...] = ()
+    averaged: tuple[str, ...] = ()
     published: tuple[str, ...] = ()
 
 
