@@ -158,10 +158,50 @@ def run_cluster() -> dict[str, Any]:
     return result
 
 
+def run_replay(rounds: int = 20) -> dict[str, Any]:
+    """What one learner's replay can insert and replay (docs/scaling.md): a block of 50 transitions added with
+    priorities, and a batch of 512 sampled with IS weights plus its priority update, for CartPole-sized vectors and
+    Atari frames (uint8 4x84x84, 20k capacity). Process CPU time (a busy shared core does not inflate it), medians."""
+    from gymnasium import spaces
+
+    from sb3_async import PrioritizedReplayBuffer
+
+    rng = np.random.default_rng(0)
+    out: dict[str, Any] = {}
+    for label, shape, dtype, capacity in (("vector", (4,), np.float32, 100_000), ("atari", (4, 84, 84), np.uint8, 20_000)):
+        space = spaces.Box(0, 255, shape, dtype=dtype)
+        buffer = PrioritizedReplayBuffer(capacity, space, spaces.Discrete(6), device="cpu", n_envs=1)
+        obs = rng.integers(0, 255, (50, 1, *shape)).astype(dtype)
+
+        def add(buffer: PrioritizedReplayBuffer = buffer, obs: np.ndarray = obs) -> None:
+            buffer.extend(obs, obs, rng.integers(0, 6, (50, 1, 1)), rng.random((50, 1)), np.zeros((50, 1)), None,
+                          priorities=rng.random((50, 1)) + 0.01)  # fmt: skip
+
+        while buffer.size() < capacity:
+            add()
+        adds, samples = [], []
+        for _ in range(rounds):
+            start = time.process_time()
+            for _ in range(20):
+                add()
+            adds.append((time.process_time() - start) / 20)
+            start = time.process_time()
+            for _ in range(5):
+                batch = buffer.sample_arrays(512)
+                buffer.update_priorities(batch.indices, rng.random(512) + 0.01)
+            samples.append((time.process_time() - start) / 5)
+        out[f"{label}_add50_ms"] = 1e3 * float(np.median(adds))
+        out[f"{label}_sample512_update_ms"] = 1e3 * float(np.median(samples))
+        out[f"{label}_insert_per_s"] = 50 / float(np.median(adds))
+        out[f"{label}_replay_per_s"] = 512 / float(np.median(samples))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--one", nargs=2, metavar=("ALGO", "BACKEND"), help="one run in this process (internal)")
     parser.add_argument("--cluster", action="store_true", help="the two-node measurements only, in this process")
+    parser.add_argument("--replay", action="store_true", help="the replay's insert and replay rates only")
     parser.add_argument("--algos", nargs="+", default=["apex", "a3c"])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=40.0)
@@ -173,6 +213,9 @@ def main() -> None:
         return
     if args.cluster:
         print("RESULT " + json.dumps(run_cluster()), flush=True)
+        return
+    if args.replay:
+        print("RESULT " + json.dumps(run_replay()), flush=True)
         return
     args.out.mkdir(parents=True, exist_ok=True)
     runs = []
@@ -192,7 +235,9 @@ def main() -> None:
                 runs.append(run)
     cluster = fresh("--cluster")
     print(json.dumps(cluster), flush=True)
-    (args.out / "runs.json").write_text(json.dumps(dict(runs=runs, cluster=cluster), indent=1))
+    replay = fresh("--replay")
+    print(json.dumps(replay), flush=True)
+    (args.out / "runs.json").write_text(json.dumps(dict(runs=runs, cluster=cluster, replay=replay), indent=1))
 
     lines = [
         "| algo | backend | env steps/s | learner updates/s | ray.init (s) | runtime start (s) | learn() to first steps (s) "
@@ -201,7 +246,8 @@ def main() -> None:
     ]
     for run in runs:
         lines.append(
-            f"| {run['algo']} (round {run['round']}) | {run['backend']} | {run['env_steps_per_s']:.0f} | {run['updates_per_s']:.1f} "
+            f"| {run['algo']} (round {run['round']}) | {run['backend']} | {run['env_steps_per_s']:.0f} "
+            f"| {run['updates_per_s']:.1f} "
             f"| {run.get('ray_init_s', float('nan')):.1f} | {run.get('runtime_start_s') or float('nan'):.1f} "
             f"| {run['first_steps_s']:.1f} | {run['pss_mib']:.0f} |"
         )
@@ -213,6 +259,7 @@ def main() -> None:
             ratios.append(by["ray"]["env_steps_per_s"] / by["mp"]["env_steps_per_s"])
         lines.append(f"| {algo} | {', '.join(f'{ratio:.2f}' for ratio in ratios)} |")
     lines += ["", "Two-node cluster on this machine: " + json.dumps(cluster)]
+    lines += ["", "Replay (PrioritizedReplayBuffer, CPU time): " + json.dumps(replay)]
     (args.out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -159,7 +159,7 @@ class AsyncAlgorithm(BaseAlgorithm):
     :param backend: ``"mp"``: processes on this machine; ``"ray"``: Ray actors on a Ray cluster (``pip install
         "sb3-async[ray]"``; see :class:`~sb3_async.common.ray_runtime.RayRuntime`)
     :param backend_kwargs: options of the backend (``"ray"``: ``address``, ``init_kwargs``, ``num_cpus_per_worker``,
-        ``workers_per_actor``, ``sync_interval``); default: none
+        ``workers_per_actor``, ``sync_interval``, ``publish_interval``); default: none
     :param start_method: ``"forkserver"`` (default), ``"spawn"`` or ``"fork"``
     :param policy_kwargs: passed to the policy on creation
     :param stats_window_size: episodes averaged for ``rollout/`` logging

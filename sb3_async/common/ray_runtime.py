@@ -48,6 +48,7 @@ from sb3_async.common.runtime import MultiprocessingRuntime, Runtime, WorkerSpec
 
 RAY_INSTALL_HINT = 'backend="ray" needs Ray: pip install "sb3-async[ray]"'
 NAMESPACE = "sb3_async"
+_SMALL_ENTRY_BYTES = 65536
 
 
 def import_ray() -> Any:
@@ -225,6 +226,10 @@ class RayRuntime(Runtime):
         alive nodes, one host per node (Hogwild and shared memory then stay inside a machine)
     :param sync_interval: seconds between two merges of the ``synced`` entries with the driver's copy (0.1: the
         round trip of a small network is ~1 ms here, so this costs little; see docs/scaling.md)
+    :param publish_interval: least seconds between two ``ray.put`` of a ``published`` entry larger than 64 KiB (0.2:
+        Ape-X's learner publishes after every ~20 ms of batches, and each node would pull a CNN's 13 MB each time;
+        actors refresh only every 400 env steps, so a fresher copy gains nothing); small entries (the inserted-block
+        counts of the flow control) go at once
     :param exchange_wait: how long a host waits for a message before answering an exchange (bounds the driver's
         view of the steps and the latency of stop / pause)
     """
@@ -237,6 +242,7 @@ class RayRuntime(Runtime):
         num_cpus_per_worker: float = 1.0,
         workers_per_actor: int | None = None,
         sync_interval: float = 0.1,
+        publish_interval: float = 0.2,
         exchange_wait: float = 0.02,
     ):
         self._ray = import_ray()
@@ -254,12 +260,18 @@ class RayRuntime(Runtime):
             isinstance(workers_per_actor, bool) or not isinstance(workers_per_actor, int) or workers_per_actor < 1
         ):
             raise ValueError(f"Invalid workers_per_actor={workers_per_actor!r}: expected an integer >= 1 or None")
-        for name, value in (("sync_interval", sync_interval), ("exchange_wait", exchange_wait)):
+        for name, value in (
+            ("sync_interval", sync_interval),
+            ("publish_interval", publish_interval),
+            ("exchange_wait", exchange_wait),
+        ):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise ValueError(f"Invalid {name}={value!r}: expected a finite number >= 0")
         self.start_method, self.address, self.init_kwargs = start_method, address, dict(init_kwargs or {})
         self.num_cpus_per_worker, self.workers_per_actor = float(num_cpus_per_worker), workers_per_actor
         self.sync_interval, self.exchange_wait = float(sync_interval), float(exchange_wait)
+        self.publish_interval = float(publish_interval)
+        self._last_put: dict[str, float] = {}
         self._run_id = uuid.uuid4().hex[:8]
         self._hosts: list[_HostState] = []
         self._host_of: dict[int, _HostState] = {}
@@ -366,13 +378,17 @@ class RayRuntime(Runtime):
 
     def _issue(self) -> None:
         """Give every live host one exchange in flight (the bound on requests in flight per host)."""
-        for name in self._dirty:  # one ray.put per change, shared by every host
-            values = [tensor.detach().numpy() for tensor in self._published[name]]
-            self._refs[name] = self._ray.put(values)
-            self._versions[name] += 1
-        self._dirty.clear()
-        total = self.steps()
         now = time.monotonic()
+        for name in list(self._dirty):  # one ray.put per change, shared by every host
+            tensors = self._published[name]
+            large = sum(tensor.numel() * tensor.element_size() for tensor in tensors) > _SMALL_ENTRY_BYTES
+            if large and now - self._last_put.get(name, -math.inf) < self.publish_interval:
+                continue
+            self._refs[name] = self._ray.put([tensor.detach().numpy() for tensor in tensors])
+            self._versions[name] += 1
+            self._last_put[name] = now
+            self._dirty.discard(name)
+        total = self.steps()
         for host in self._hosts:
             if not host.alive or host.done or host.inflight is not None:
                 continue
