@@ -42,15 +42,44 @@ def tree_pss_mib() -> float:
     return total / 2**20
 
 
+def tree_nice_values() -> list[int]:
+    """The distinct nice values in this process tree (a Ray started here must keep the driver's priority)."""
+    import psutil
+
+    values = set()
+    for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
+        try:
+            values.add(proc.nice())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return sorted(values)
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """CPU seconds used so far by this process, and by its live descendants (Ray's daemons and workers included)."""
+    import psutil
+
+    own = sum(psutil.Process().cpu_times()[:2])
+    others = 0.0
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            others += sum(proc.cpu_times()[:2])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return own, others
+
+
 def make_model(algo: str, backend: str, seed: int = 0) -> Any:
     from sb3_async import A3C, ApeXDQN
 
     if algo == "a3c":
         return A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=seed, backend=backend)
-    return ApeXDQN(
-        "MlpPolicy", "CartPole-v1", n_actors=2, learning_starts=1000, batch_size=64, buffer_size=100_000, seed=seed,
-        backend=backend,
-    )  # fmt: skip
+    # "apex": learner and actors as fast as they can (the paper), so the backend also moves the CPU split between
+    # them on a shared machine; "apex_ratio8": the zoo's fixed replay ratio (the learner's work per env step fixed);
+    # "apex_idle": the learner never starts (the actors' steps and the transport of their blocks only).
+    extra = dict(apex_ratio8=dict(replay_ratio=8), apex_idle=dict(learning_starts=10**9)).get(algo, {})
+    kwargs = {**dict(learning_starts=1000, batch_size=64, buffer_size=100_000, seed=seed, backend=backend), **extra}
+    return ApeXDQN("MlpPolicy", "CartPole-v1", n_actors=2, **kwargs)
 
 
 def run_one(algo: str, backend: str, seconds: float, warmup: float) -> dict[str, Any]:
@@ -82,11 +111,16 @@ def run_one(algo: str, backend: str, seconds: float, warmup: float) -> dict[str,
             if self.window_start is None and now - self.learn_start >= warmup:
                 self.window_start, self.steps0 = now, self.num_timesteps
                 self.updates0 = self.model._n_updates
+                self.cpu0 = cpu_seconds()
             if self.window_start is not None and now - self.window_start >= seconds:
                 elapsed = now - self.window_start
                 result["env_steps_per_s"] = (self.num_timesteps - self.steps0) / elapsed
                 result["updates_per_s"] = (self.model._n_updates - self.updates0) / elapsed
                 result["pss_mib"] = tree_pss_mib()
+                result["nice_values"] = tree_nice_values()
+                cpu = cpu_seconds()
+                result["driver_cpu_per_s"] = (cpu[0] - self.cpu0[0]) / elapsed
+                result["descendants_cpu_per_s"] = (cpu[1] - self.cpu0[1]) / elapsed
                 return False
             return True
 
@@ -197,11 +231,66 @@ def run_replay(rounds: int = 20) -> dict[str, Any]:
     return out
 
 
+def run_ingest(seconds: float = 20.0, producers: int = 2) -> dict[str, Any]:
+    """How many Atari transitions one driver can take in from Ray actors and insert into its replay (a simulation of
+    many actors: ``producers`` Ray actors hand out ready-made blocks of 50 transitions, obs and next obs uint8
+    4x84x84 as ApeX actors send them, one request in flight each, as RayRuntime does)."""
+    import ray
+    from gymnasium import spaces
+
+    from sb3_async import PrioritizedReplayBuffer
+
+    ray.init(num_cpus=2, include_dashboard=False)
+    try:
+
+        @ray.remote(num_cpus=0)
+        class Producer:
+            def __init__(self) -> None:
+                rng = np.random.default_rng(0)
+                self.block = dict(
+                    obs=rng.integers(0, 255, (50, 4, 84, 84), dtype=np.uint8),
+                    next_obs=rng.integers(0, 255, (50, 4, 84, 84), dtype=np.uint8),
+                    actions=np.zeros((50, 1), dtype=np.int64),
+                    returns=np.zeros(50, dtype=np.float32),
+                    dones=np.zeros(50, dtype=np.float32),
+                    priorities=np.ones(50),
+                )
+
+            def block_(self) -> dict[str, np.ndarray]:
+                return self.block
+
+        space = spaces.Box(0, 255, (4, 84, 84), dtype=np.uint8)
+        buffer = PrioritizedReplayBuffer(20_000, space, spaces.Discrete(6), device="cpu", n_envs=1)
+        actors = [Producer.remote() for _ in range(producers)]
+        inflight = {actor.block_.remote(): actor for actor in actors}
+        inserted, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            ready, _ = ray.wait(list(inflight), num_returns=1)
+            for ref in ready:
+                actor = inflight.pop(ref)
+                block = ray.get(ref)
+                buffer.extend(block["obs"][:, None], block["next_obs"][:, None], block["actions"][:, None],
+                              block["returns"][:, None], block["dones"][:, None], None,
+                              priorities=block["priorities"][:, None])  # fmt: skip
+                inserted += 50
+                inflight[actor.block_.remote()] = actor
+        elapsed = time.perf_counter() - start
+        per_transition = 2 * 4 * 84 * 84
+        return dict(
+            atari_ingest_transitions_per_s=inserted / elapsed,
+            atari_ingest_mb_per_s=inserted * per_transition / elapsed / 1e6,
+            producers=producers,
+        )
+    finally:
+        ray.shutdown()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--one", nargs=2, metavar=("ALGO", "BACKEND"), help="one run in this process (internal)")
     parser.add_argument("--cluster", action="store_true", help="the two-node measurements only, in this process")
     parser.add_argument("--replay", action="store_true", help="the replay's insert and replay rates only")
+    parser.add_argument("--ingest", action="store_true", help="the driver's Atari block intake through Ray only")
     parser.add_argument("--algos", nargs="+", default=["apex", "a3c"])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=40.0)
@@ -216,6 +305,9 @@ def main() -> None:
         return
     if args.replay:
         print("RESULT " + json.dumps(run_replay()), flush=True)
+        return
+    if args.ingest:
+        print("RESULT " + json.dumps(run_ingest()), flush=True)
         return
     args.out.mkdir(parents=True, exist_ok=True)
     runs = []
