@@ -172,6 +172,19 @@ def test_async_q_and_apex_dpg_run_on_the_cluster(cluster, algo, tmp_path):
     np.testing.assert_allclose(model.predict(obs, deterministic=True)[0], loaded.predict(obs, deterministic=True)[0])
 
 
+@pytest.mark.ray
+def test_workers_the_cluster_cannot_place_fail_clearly(cluster):
+    """Ray waits forever for CPUs a cluster lacks; we stop waiting and say what was asked, leaving no actor behind."""
+    import ray
+
+    model = A3C(
+        "MlpPolicy", "CartPole-v1", n_workers=2, backend="ray", backend_kwargs=dict(num_cpus_per_worker=64, start_timeout=3)
+    )
+    with pytest.raises(TimeoutError, match="num_cpus_per_worker=64"):
+        model.learn(1000)
+    assert ray.is_initialized() and _our_actors(ray) == []
+
+
 def _kill_a_host(model) -> None:
     import ray
 

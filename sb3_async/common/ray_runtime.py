@@ -232,6 +232,8 @@ class RayRuntime(Runtime):
         counts of the flow control) go at once
     :param exchange_wait: how long a host waits for a message before answering an exchange (bounds the driver's
         view of the steps and the latency of stop / pause)
+    :param start_timeout: seconds to wait for the hosts to run (Ray waits forever for CPUs the cluster lacks: we raise
+        a ``TimeoutError`` saying what was asked instead)
     """
 
     def __init__(
@@ -244,6 +246,7 @@ class RayRuntime(Runtime):
         sync_interval: float = 0.1,
         publish_interval: float = 0.2,
         exchange_wait: float = 0.02,
+        start_timeout: float = 300.0,
     ):
         self._ray = import_ray()
         if address is not None and not isinstance(address, str):
@@ -264,13 +267,14 @@ class RayRuntime(Runtime):
             ("sync_interval", sync_interval),
             ("publish_interval", publish_interval),
             ("exchange_wait", exchange_wait),
+            ("start_timeout", start_timeout),
         ):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise ValueError(f"Invalid {name}={value!r}: expected a finite number >= 0")
         self.start_method, self.address, self.init_kwargs = start_method, address, dict(init_kwargs or {})
         self.num_cpus_per_worker, self.workers_per_actor = float(num_cpus_per_worker), workers_per_actor
         self.sync_interval, self.exchange_wait = float(sync_interval), float(exchange_wait)
-        self.publish_interval = float(publish_interval)
+        self.publish_interval, self.start_timeout = float(publish_interval), float(start_timeout)
         self._last_put: dict[str, float] = {}
         self._run_id = uuid.uuid4().hex[:8]
         self._hosts: list[_HostState] = []
@@ -363,14 +367,26 @@ class RayRuntime(Runtime):
                 for rank in ranks:
                     self._generations[rank] = 0
                 self._start_host(ranks, seed)
-            # Wait for every host to run (actor creation failures surface here, not in the first poll).
-            node_ids = self._ray.get([host.actor.node_id.remote() for host in self._hosts])
-            for host, node_id in zip(self._hosts, node_ids):
-                host.node_id = node_id
+            self._wait_running(self._hosts)
         except BaseException:
             self.close()
             raise
         self.startup_seconds = time.monotonic() - started
+
+    def _wait_running(self, hosts: list[_HostState]) -> None:
+        """Wait for ``hosts`` to run (actor creation failures surface here, not in the first poll)."""
+        ray = self._ray
+        try:
+            node_ids = ray.get([host.actor.node_id.remote() for host in hosts], timeout=self.start_timeout)
+        except ray.exceptions.GetTimeoutError:
+            asked = max(len(host.ranks) for host in hosts) * self.num_cpus_per_worker
+            raise TimeoutError(
+                f"Ray did not start the workers' actors within {self.start_timeout} s: each asks for {asked} CPUs"
+                f" (num_cpus_per_worker={self.num_cpus_per_worker}), the cluster has {ray.cluster_resources().get('CPU', 0)}"
+                " in all; lower num_cpus_per_worker or workers_per_actor, or add nodes"
+            ) from None
+        for host, node_id in zip(hosts, node_ids):
+            host.node_id = node_id
 
     def worker_nodes(self) -> dict[int, str | None]:
         """The Ray node id each worker runs on."""
@@ -515,8 +531,7 @@ class RayRuntime(Runtime):
             return
         # Its host is gone (killed actor, lost node): a new host for this worker alone, placed where Ray finds room.
         seed = restart_seed(self._run[0], len(self._specs), self._generations[rank])
-        new = self._start_host([rank], seed)
-        new.node_id = self._ray.get(new.actor.node_id.remote())
+        self._wait_running([self._start_host([rank], seed)])
 
     def close(self, timeout: float = 5.0) -> None:
         if self._closed:

@@ -214,10 +214,10 @@ class Runtime(ABC):
     def close(self, timeout: float = 5.0) -> None:
         """Stop every worker and release everything. Safe to call twice."""
 
-    @abstractmethod
     def restart(self, rank: int) -> None:
         """Start worker ``rank`` again after :meth:`poll` reported it dead (same spec, fresh seed: see
-        :func:`restart_seed`); its step count goes on from its predecessor's."""
+        :func:`restart_seed`); its step count goes on from its predecessor's. Both backends implement it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restart worker {rank}")
 
     def publish(self, name: str) -> None:  # noqa: B027  (a no-op where shared memory reaches every worker)
         """The main process wrote the ``published`` entry ``name`` of the specs: make the workers see it (nothing to
