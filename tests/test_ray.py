@@ -173,6 +173,24 @@ def test_async_q_and_apex_dpg_run_on_the_cluster(cluster, algo, tmp_path):
 
 
 @pytest.mark.ray
+def test_pause_parks_the_workers_on_every_node(cluster):
+    """``pause_workers()`` (frozen evaluations) holds the workers of every host: no step while paused."""
+    counts = []
+
+    def frozen(model) -> None:
+        runtime = model._runtime
+        with model.pause_workers():
+            runtime.poll(0.3)  # the hosts' replies after the pause carry every step taken before it
+            counts.append(runtime.steps())
+            runtime.poll(0.5)
+            counts.append(runtime.steps())
+
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0, backend="ray")
+    model.learn(3000, callback=OnSteps(at=1000, action=frozen))
+    assert len(counts) == 2 and counts[0] == counts[1] and model.num_timesteps >= 3000
+
+
+@pytest.mark.ray
 def test_workers_the_cluster_cannot_place_fail_clearly(cluster):
     """Ray waits forever for CPUs a cluster lacks; we stop waiting and say what was asked, leaving no actor behind."""
     import ray
