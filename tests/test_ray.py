@@ -64,6 +64,8 @@ def test_missing_ray_says_what_to_install(monkeypatch):
     with pytest.raises(ImportError, match="sb3-async\\[ray\\]") as info:
         make_runtime("ray", "forkserver")
     assert RAY_INSTALL_HINT in str(info.value)
+    with pytest.raises(ImportError, match="sb3-async\\[ray\\]"):
+        A3C("MlpPolicy", "CartPole-v1", backend="ray")  # at construction, not at the first learn()
 
 
 def test_backend_kwargs_are_checked():

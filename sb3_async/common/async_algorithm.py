@@ -207,6 +207,10 @@ class AsyncAlgorithm(BaseAlgorithm):
         if backend_kwargs is not None and not isinstance(backend_kwargs, dict):
             raise TypeError(f"Invalid backend_kwargs={backend_kwargs!r}: expected a dict or None")
         self.backend_kwargs = dict(backend_kwargs or {})
+        if backend == "ray":  # say what to install now, not at the first learn()
+            from sb3_async.common.ray_runtime import import_ray
+
+            import_ray()
         if isinstance(policy, str) and policy not in self.policy_aliases:
             raise ValueError(f"Invalid policy={policy!r}: expected one of {', '.join(self.policy_aliases)} or a policy class")
         learning_rate = check_learning_rate(learning_rate)
