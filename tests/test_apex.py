@@ -323,7 +323,7 @@ def test_callback_stop_ends_learning():
 
 
 def test_dead_actor_is_reported():
-    model = ApeXDQN("MlpPolicy", lambda: FailingEnv(after=200, how="kill"), **FAST_DQN)
+    model = ApeXDQN("MlpPolicy", lambda: FailingEnv(after=200, how="kill"), max_actor_restarts=0, **FAST_DQN)
     start = time.monotonic()
     with pytest.raises(WorkerError, match="SIGKILL") as info:
         model.learn(1_000_000)

@@ -15,7 +15,15 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from torch.nn import functional as F
 
 from sb3_async.common.async_algorithm import check_float, check_int
-from sb3_async.common.hogwild import HogwildAlgorithm, HogwildWorker, HogwildWorkerConfig, Segment, stack_steps, tensor_obs
+from sb3_async.common.hogwild import (
+    HOGWILD_ENTRIES,
+    HogwildAlgorithm,
+    HogwildWorker,
+    HogwildWorkerConfig,
+    Segment,
+    stack_steps,
+    tensor_obs,
+)
 from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, SoftplusGaussianPolicy
 from sb3_async.common.returns import gae_advantages, nstep_returns
 from sb3_async.common.runtime import WorkerContext, WorkerSpec
@@ -217,7 +225,8 @@ class A3C(HogwildAlgorithm):
         (momentum SGD), the three methods of supp. §1
     :param optimizer_kwargs: for the optimizer (see :class:`~sb3_async.common.optimizers.SharedRMSprop`:
         ``alpha=0.99`` from the paper, ``eps``, ``initial_square_avg``)
-    :param backend: ``"mp"`` (processes on this machine)
+    :param backend: ``"mp"`` (processes on this machine) or ``"ray"`` (a Ray cluster, ``pip install "sb3-async[ray]"``)
+    :param backend_kwargs: the backend's options (see :class:`~sb3_async.common.async_algorithm.AsyncAlgorithm`)
     :param start_method: ``"forkserver"``, ``"spawn"`` or ``"fork"``
     :param pause_for_eval: park the workers while an ``EvalCallback`` evaluates inside ``learn()``, so it scores and
         saves one frozen policy as with SB3's algorithms (default True; False: evaluations run while workers train)
@@ -261,6 +270,7 @@ class A3C(HogwildAlgorithm):
         optimizer_kwargs: dict[str, Any] | None = None,
         backend: str = "mp",
         start_method: str = "forkserver",
+        backend_kwargs: dict[str, Any] | None = None,
         pause_for_eval: bool = True,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -289,6 +299,7 @@ class A3C(HogwildAlgorithm):
             n_envs_per_worker=n_envs_per_worker,
             backend=backend,
             start_method=start_method,
+            backend_kwargs=backend_kwargs,
             pause_for_eval=pause_for_eval,
             policy_kwargs=policy_kwargs,
             stats_window_size=stats_window_size,
@@ -325,4 +336,7 @@ class A3C(HogwildAlgorithm):
             use_sde=self.use_sde,
             sde_sample_freq=self.sde_sample_freq,
         )
-        return [WorkerSpec(_a3c_worker, cfg, self._hogwild_shared(), name=f"a3c-{rank}") for rank in range(self.n_workers)]
+        return [
+            WorkerSpec(_a3c_worker, cfg, self._hogwild_shared(), name=f"a3c-{rank}", **HOGWILD_ENTRIES)
+            for rank in range(self.n_workers)
+        ]

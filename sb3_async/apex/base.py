@@ -18,6 +18,7 @@ the main process, one prioritized replay.
 from __future__ import annotations
 
 import time
+import warnings
 from abc import abstractmethod
 from collections import deque
 from dataclasses import dataclass
@@ -34,8 +35,9 @@ from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transit
 from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, check_float, check_int
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer
 from sb3_async.common.env_util import EnvRecipe
+from sb3_async.common.processes import WorkerError
 from sb3_async.common.returns import bootstrap_truncated_rewards
-from sb3_async.common.runtime import WorkerContext, WorkerSpec
+from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec
 from sb3_async.common.torch_utils import build_worker_policy
 
 
@@ -108,7 +110,8 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
     synchronize()
     obs = env.reset()
     local_buffer: list[tuple[Any, Any, float, bool, Any]] = []
-    sent, since_sync, waited, started = 0, 0, 0.0, time.monotonic()
+    # A restarted actor counts from the blocks the learner inserted for this rank, so the bound below still holds.
+    sent, since_sync, waited, started = int(inserted[ctx.rank]), 0, 0.0, time.monotonic()
 
     def flush() -> None:
         nonlocal sent
@@ -165,6 +168,9 @@ class ApeXAlgorithm(AsyncAlgorithm):
     :param block_size: transitions an actor buffers before computing their priorities and sending them (50, paper)
     :param actor_update_interval: env steps of an actor between two parameter refreshes (400, paper §4.1)
     :param max_blocks_in_flight: blocks an actor may have sent and not yet inserted before it waits
+    :param max_actor_restarts: how many times one actor that died (exception, signal, lost Ray actor or node) is
+        restarted within a ``learn()`` call (a warning each time, counted in ``rollout/actor_restarts``); once more
+        and ``learn()`` raises :class:`~sb3_async.common.processes.WorkerError`
     :param replay_ratio: None (the paper: actors and learner each as fast as they can), or transitions the learner
         replays per transition inserted once learning started; the learner then holds blocks back when it is behind
         (its actors wait) and waits for data when it is ahead: SB3's fixed ``train_freq``/``gradient_steps`` ratio,
@@ -195,6 +201,7 @@ class ApeXAlgorithm(AsyncAlgorithm):
         block_size: int,
         actor_update_interval: int,
         max_blocks_in_flight: int,
+        max_actor_restarts: int,
         replay_ratio: float | None,
         n_actors: int,
         n_envs_per_actor: int,
@@ -211,6 +218,7 @@ class ApeXAlgorithm(AsyncAlgorithm):
         self.block_size = check_int("block_size", block_size)
         self.actor_update_interval = check_int("actor_update_interval", actor_update_interval)
         self.max_blocks_in_flight = check_int("max_blocks_in_flight", max_blocks_in_flight)
+        self.max_actor_restarts = check_int("max_actor_restarts", max_actor_restarts, minimum=0)
         self.replay_ratio = None if replay_ratio is None else check_float("replay_ratio", replay_ratio)
         if self.replay_ratio == 0:
             raise ValueError("Invalid replay_ratio=0: expected a positive number or None")
@@ -231,6 +239,7 @@ class ApeXAlgorithm(AsyncAlgorithm):
         self._flow_start = time.monotonic()
         self._last_metrics: dict[str, float] = {}
         self._flow_start_steps = getattr(self, "num_timesteps", 0)
+        self._restarts: dict[int, int] = {}
 
     def _excluded_save_params(self) -> list[str]:
         return [
@@ -243,6 +252,7 @@ class ApeXAlgorithm(AsyncAlgorithm):
             "_flow_start_steps",
             "_last_metrics",
             "_held",
+            "_restarts",
         ]
 
     def _setup_replay(self) -> None:
@@ -298,6 +308,12 @@ class ApeXAlgorithm(AsyncAlgorithm):
             else:  # learner on an accelerator: copy to the actors' CPU tensors one by one
                 for published, param in zip(self._published, self._learner_parameters()):
                     published.copy_(param)
+        self._published_changed("params")
+
+    def _published_changed(self, name: str) -> None:
+        """Tell the runtime (if workers run) that the ``published`` entry ``name`` changed."""
+        if self._runtime is not None:
+            self._runtime.publish(name)
 
     def _worker_specs(self) -> list[WorkerSpec]:
         specs = []
@@ -320,9 +336,23 @@ class ApeXAlgorithm(AsyncAlgorithm):
                 exploration=self._actor_exploration(rank),
             )
             shared = {"params": self._published, "inserted": self._inserted}
-            specs.append(WorkerSpec(apex_actor, cfg, shared, name=f"apex-actor-{rank}"))
+            specs.append(WorkerSpec(apex_actor, cfg, shared, name=f"apex-actor-{rank}", published=("params", "inserted")))
         self._reset_flow()
         return specs
+
+    def _on_worker_error(self, runtime: Runtime, error: WorkerError) -> None:
+        """An actor died: restart it (Horgan et al.: actors may fail without stopping learning), up to
+        ``max_actor_restarts`` times per actor and ``learn()`` call."""
+        count = self._restarts.get(error.rank, 0)
+        if count >= self.max_actor_restarts:
+            raise error
+        self._restarts[error.rank] = count + 1
+        how = error.worker_traceback.strip().splitlines()[-1] if error.worker_traceback else f"exit code {error.exitcode}"
+        message = (
+            f"Ape-X actor {error.rank} ({error.name}) died ({how}); restarting it ({count + 1}/{self.max_actor_restarts})"
+        )
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        runtime.restart(error.rank)
 
     # --- learner ---------------------------------------------------------------------------------------------------
 
@@ -365,6 +395,7 @@ class ApeXAlgorithm(AsyncAlgorithm):
             if learning:
                 self._flow["inserted_learning"] += n
             self._inserted[rank] += 1
+            self._published_changed("inserted")
 
     @abstractmethod
     def _train_batch(self, batch: PrioritizedArrays) -> tuple[float, np.ndarray]:
@@ -421,4 +452,5 @@ class ApeXAlgorithm(AsyncAlgorithm):
         self.logger.record("rollout/transitions_received_per_s", self._flow["received"] / elapsed)
         self.logger.record("rollout/transitions_inserted_per_s", self._flow["inserted"] / elapsed)
         self.logger.record("rollout/transitions_replayed_per_s", self._flow["replayed"] / elapsed)
+        self.logger.record("rollout/actor_restarts", sum(self._restarts.values()))
         self.logger.record("rollout/actor_steps_per_s", (self.num_timesteps - self._flow_start_steps) / elapsed)

@@ -70,6 +70,8 @@ class ApeXDPG(ApeXAlgorithm):
     :param block_size: transitions per actor block; 50 (paper)
     :param actor_update_interval: env steps between parameter refreshes of an actor; 400 (paper §4.1)
     :param max_blocks_in_flight: blocks sent and not yet inserted before an actor waits; 4 (ours: bounds memory)
+    :param max_actor_restarts: restarts of one actor within a ``learn()`` call before ``WorkerError``; 3 (ours: the
+        paper restarts actors without saying how often; an actor that fails at once every time is a bug to report)
     :param replay_ratio: None (the paper: both sides as fast as they can) or transitions replayed per transition
         inserted (see :class:`~sb3_async.apex.base.ApeXAlgorithm`)
     :param n_actors: actor processes; default the CPU count
@@ -104,11 +106,13 @@ class ApeXDPG(ApeXAlgorithm):
         block_size: int = 50,
         actor_update_interval: int = 400,
         max_blocks_in_flight: int = 4,
+        max_actor_restarts: int = 3,
         replay_ratio: float | None = None,
         n_actors: int | None = None,
         n_envs_per_actor: int = 1,
         backend: str = "mp",
         start_method: str = "forkserver",
+        backend_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -140,11 +144,13 @@ class ApeXDPG(ApeXAlgorithm):
             block_size=block_size,
             actor_update_interval=actor_update_interval,
             max_blocks_in_flight=max_blocks_in_flight,
+            max_actor_restarts=max_actor_restarts,
             replay_ratio=replay_ratio,
             n_actors=n_actors,  # type: ignore[arg-type]
             n_envs_per_actor=n_envs_per_actor,
             backend=backend,
             start_method=start_method,
+            backend_kwargs=backend_kwargs,
             policy_kwargs=policy_kwargs,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,

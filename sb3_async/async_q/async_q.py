@@ -29,7 +29,14 @@ from sb3_async.common.exploration import (
     linear_epsilon,
     sample_final_epsilons,
 )
-from sb3_async.common.hogwild import HogwildAlgorithm, HogwildWorker, HogwildWorkerConfig, stack_steps, tensor_obs
+from sb3_async.common.hogwild import (
+    HOGWILD_ENTRIES,
+    HogwildAlgorithm,
+    HogwildWorker,
+    HogwildWorkerConfig,
+    stack_steps,
+    tensor_obs,
+)
 from sb3_async.common.policies import AsyncQCnnPolicy
 from sb3_async.common.returns import nstep_q_targets, one_step_q_targets, sarsa_targets
 from sb3_async.common.runtime import WorkerContext, WorkerSpec
@@ -195,6 +202,7 @@ class AsyncQLearning(HogwildAlgorithm):
         optimizer_kwargs: dict[str, Any] | None = None,
         backend: str = "mp",
         start_method: str = "forkserver",
+        backend_kwargs: dict[str, Any] | None = None,
         pause_for_eval: bool = True,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -228,6 +236,7 @@ class AsyncQLearning(HogwildAlgorithm):
             n_envs_per_worker=n_envs_per_worker,
             backend=backend,
             start_method=start_method,
+            backend_kwargs=backend_kwargs,
             pause_for_eval=pause_for_eval,
             policy_kwargs=policy_kwargs,
             stats_window_size=stats_window_size,
@@ -334,7 +343,16 @@ class AsyncQLearning(HogwildAlgorithm):
                 exploration_final_eps=np.asarray(final_eps, dtype=np.float64),
                 exploration_fraction=self.exploration_fraction,
             )
-            specs.append(WorkerSpec(_async_q_worker, cfg, dict(shared), name=f"{self.target}-{rank}"))
+            specs.append(
+                WorkerSpec(
+                    _async_q_worker,
+                    cfg,
+                    dict(shared),
+                    name=f"{self.target}-{rank}",
+                    synced=HOGWILD_ENTRIES["synced"],
+                    averaged=(*HOGWILD_ENTRIES["averaged"], "target_params"),  # θ⁻: each machine refreshes its own
+                )
+            )
         return specs
 
 

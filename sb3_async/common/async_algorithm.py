@@ -38,7 +38,7 @@ from sb3_async.common.normalization import (
     statistics_state,
     vec_normalizes,
 )
-from sb3_async.common.processes import START_METHODS
+from sb3_async.common.processes import START_METHODS, WorkerError
 from sb3_async.common.runtime import BACKENDS, Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
 
 SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
@@ -156,7 +156,10 @@ class AsyncAlgorithm(BaseAlgorithm):
     :param learning_rate: learning rate, constant or a schedule of the progress remaining (1 → 0), global progress
     :param n_workers: worker processes (the paper's actor-learner threads); default: the number of CPU cores
     :param n_envs_per_worker: envs stepped by each worker, their inference batched (1 as in the paper)
-    :param backend: ``"mp"``: processes on this machine
+    :param backend: ``"mp"``: processes on this machine; ``"ray"``: Ray actors on a Ray cluster (``pip install
+        "sb3-async[ray]"``; see :class:`~sb3_async.common.ray_runtime.RayRuntime`)
+    :param backend_kwargs: options of the backend (``"ray"``: ``address``, ``init_kwargs``, ``num_cpus_per_worker``,
+        ``workers_per_actor``, ``sync_interval``, ``publish_interval``); default: none
     :param start_method: ``"forkserver"`` (default), ``"spawn"`` or ``"fork"``
     :param policy_kwargs: passed to the policy on creation
     :param stats_window_size: episodes averaged for ``rollout/`` logging
@@ -181,6 +184,7 @@ class AsyncAlgorithm(BaseAlgorithm):
         n_envs_per_worker: int = 1,
         backend: str = "mp",
         start_method: str = "forkserver",
+        backend_kwargs: dict[str, Any] | None = None,
         policy_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -200,6 +204,13 @@ class AsyncAlgorithm(BaseAlgorithm):
         if start_method not in START_METHODS:
             raise ValueError(f"Invalid start_method={start_method!r}: expected one of {', '.join(START_METHODS)}")
         self.backend, self.start_method = backend, start_method
+        if backend_kwargs is not None and not isinstance(backend_kwargs, dict):
+            raise TypeError(f"Invalid backend_kwargs={backend_kwargs!r}: expected a dict or None")
+        self.backend_kwargs = dict(backend_kwargs or {})
+        if backend == "ray":  # say what to install now, not at the first learn()
+            from sb3_async.common.ray_runtime import import_ray
+
+            import_ray()
         if isinstance(policy, str) and policy not in self.policy_aliases:
             raise ValueError(f"Invalid policy={policy!r}: expected one of {', '.join(self.policy_aliases)} or a policy class")
         learning_rate = check_learning_rate(learning_rate)
@@ -371,9 +382,10 @@ class AsyncAlgorithm(BaseAlgorithm):
         normalization = self._share_normalization(len(specs))
         for spec in specs:
             spec.shared["latest_obs"] = latest_obs
+            spec.synced = (*spec.synced, "latest_obs")  # each env's slot has one writer: merging changes is exact
             if normalization is not None:
                 spec.shared["normalization"] = normalization
-        runtime = self._runtime = make_runtime(self.backend, self.start_method)
+        runtime = self._runtime = make_runtime(self.backend, self.start_method, getattr(self, "backend_kwargs", None))
         try:
             runtime.start(specs, worker_seed(self.seed), self.num_timesteps, total_timesteps)
             with frozen_evaluations(self, callback):  # EvalCallbacks score a frozen policy (pause_for_eval)
@@ -424,7 +436,12 @@ class AsyncAlgorithm(BaseAlgorithm):
         next_log = start + iteration_steps * log_interval
         self._train_stats = {}
         while True:
-            for rank, kind, data in runtime.poll(timeout=self._learner_step()):
+            try:
+                messages = runtime.poll(timeout=self._learner_step())
+            except WorkerError as error:
+                self._on_worker_error(runtime, error)
+                messages = []
+            for rank, kind, data in messages:
                 if kind == "stats":
                     for env_index, entry in data["episodes"]:
                         pending[env_index].append(entry)
@@ -473,6 +490,10 @@ class AsyncAlgorithm(BaseAlgorithm):
     def _learner_step(self) -> float:
         """Work of a learner in the main process (Ape-X), between two polls; returns how long the next poll may wait."""
         return 0.02
+
+    def _on_worker_error(self, runtime: Runtime, error: WorkerError) -> None:
+        """A worker died: raise (A3C, the async Q family), or restart it with ``runtime.restart`` (Ape-X's actors)."""
+        raise error
 
     def _on_message(self, rank: int, kind: str, data: Any) -> None:
         raise RuntimeError(f"Unexpected message {kind!r} from worker {rank}")

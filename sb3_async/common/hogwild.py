@@ -31,6 +31,10 @@ from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.runtime import WorkerContext
 from sb3_async.common.torch_utils import build_worker_policy, clip_grad_norm, to_tensor
 
+#: How the shared entries of gradient-sharing workers cross machines (``backend="ray"``: Hogwild on each machine's own
+#: copy): θ merged (:attr:`WorkerSpec.synced`), the optimizer statistics per machine (:attr:`WorkerSpec.averaged`).
+HOGWILD_ENTRIES: dict[str, tuple[str, ...]] = dict(synced=("params",), averaged=("optimizer_state",))
+
 
 def stack_steps(items: list[Any]) -> Any:
     """``(n_steps, n_envs, ...)`` arrays flattened to ``(n_steps * n_envs, ...)`` (dict observations key by key)."""

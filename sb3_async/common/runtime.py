@@ -50,7 +50,7 @@ from sb3_async.common.processes import (
     start_process,
 )
 
-BACKENDS = ("mp",)
+BACKENDS = ("mp", "ray")
 
 #: Modules the forkserver imports once, so that each worker starts in a fraction of a second.
 _FORKSERVER_PRELOAD = ["torch", "numpy", "gymnasium", "stable_baselines3", "sb3_async.common.runtime"]
@@ -64,12 +64,24 @@ class WorkerSpec:
     :param payload: everything else the worker needs; cloudpickled, so lambdas are fine
     :param shared: tensors shared with the main process and the other workers (same storage, no copy)
     :param name: shown in errors and logs
+    :param synced: entries of ``shared`` the workers update in place (parameters, optimizer statistics). Where shared
+        memory does not reach every worker (``backend="ray"`` across machines), each machine keeps its own copy and
+        the runtime adds every machine's changes to the main process' copy (and theirs to the others')
+    :param averaged: entries of ``shared`` the workers update in place that each machine keeps for itself (optimizer
+        statistics: a sum of several machines' decays would drive them negative); the main process' copy (saved with
+        the model) is the mean of the machines' copies
+    :param published: entries of ``shared`` only the main process writes and the workers read (Ape-X's parameters);
+        the main process calls :meth:`Runtime.publish` after writing one, so that backends without shared memory
+        copy it to the workers
     """
 
     fn: Callable[[WorkerContext, Any], None]
     payload: Any = None
     shared: dict[str, Any] = field(default_factory=dict)
     name: str = "worker"
+    synced: tuple[str, ...] = ()
+    averaged: tuple[str, ...] = ()
+    published: tuple[str, ...] = ()
 
 
 class WorkerContext:
@@ -94,11 +106,12 @@ class WorkerContext:
         self.shared = shared
         self.start_timesteps, self.total_timesteps = start_timesteps, total_timesteps
         self._steps, self._control, self._parked, self._conn = steps, control, parked, conn
-        self._own_steps = 0
+        self._own_steps = int(steps[rank])  # a restarted worker goes on counting from its predecessor's steps
 
     @property
     def num_timesteps(self) -> int:
-        """Global env steps (all workers, previous ``learn()`` calls included): the paper's shared counter T."""
+        """Global env steps (all workers, previous ``learn()`` calls included): the paper's shared counter T. The
+        last slot of the counter holds the steps of workers this process cannot see (other machines)."""
         return self.start_timesteps + int(self._steps.sum())
 
     @property
@@ -201,6 +214,15 @@ class Runtime(ABC):
     def close(self, timeout: float = 5.0) -> None:
         """Stop every worker and release everything. Safe to call twice."""
 
+    def restart(self, rank: int) -> None:
+        """Start worker ``rank`` again after :meth:`poll` reported it dead (same spec, fresh seed: see
+        :func:`restart_seed`); its step count goes on from its predecessor's. Both backends implement it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restart worker {rank}")
+
+    def publish(self, name: str) -> None:  # noqa: B027  (a no-op where shared memory reaches every worker)
+        """The main process wrote the ``published`` entry ``name`` of the specs: make the workers see it (nothing to
+        do with shared memory)."""
+
     def __enter__(self) -> Runtime:
         return self
 
@@ -220,8 +242,11 @@ class MultiprocessingRuntime(Runtime):
     def __init__(self, start_method: str = "forkserver"):
         self._ctx: Any = process_context(start_method, _FORKSERVER_PRELOAD)
         self.start_method = start_method
+        self._specs: list[WorkerSpec] = []
+        self._ranks: list[int] = []  # global rank of each local worker
+        self._index: dict[int, int] = {}  # global rank -> local index
+        self._generations: list[int] = []
         self._procs: list[Any] = []
-        self._names: list[str] = []
         self._conns: list[Connection] = []
         self._finished: list[bool] = []
         self._tracebacks: dict[int, str] = {}
@@ -229,21 +254,45 @@ class MultiprocessingRuntime(Runtime):
         self._held: list[tuple[int, str, Any]] = []
         self._reader: threading.Thread | None = None
         self._reading = threading.Event()
-        self._steps = torch.zeros(0, dtype=torch.int64)
+        self._open_conns: dict[Any, int] = {}
+        self._conns_lock = threading.Lock()
+        self._steps = torch.zeros(1, dtype=torch.int64)
         self._control = torch.zeros(2, dtype=torch.int64)  # [stop, pause]
         self._parked = torch.zeros(0, dtype=torch.int64)
+        self._run: tuple[int, int, int, int] = (0, 0, 0, 0)  # seed, start_timesteps, total_timesteps, n_total
         self._closed = False
 
-    def start(self, specs: Sequence[WorkerSpec], seed: int, start_timesteps: int, total_timesteps: int) -> None:
+    def start(
+        self,
+        specs: Sequence[WorkerSpec],
+        seed: int,
+        start_timesteps: int,
+        total_timesteps: int,
+        ranks: Sequence[int] | None = None,
+        n_total: int | None = None,
+    ) -> None:
+        """Start one worker per spec. ``ranks`` / ``n_total`` (default: ``0..len(specs)-1`` of ``len(specs)``) let a
+        process run a part of a larger set of workers (the Ray backend's one runtime per machine)."""
         if not specs:
             raise ValueError("At least one worker spec is needed")
-        n = len(specs)
-        self._steps = torch.zeros(n, dtype=torch.int64).share_memory_()
+        self._ranks = list(range(len(specs)) if ranks is None else ranks)
+        n_total = len(specs) if n_total is None else n_total
+        if len(self._ranks) != len(specs) or not all(0 <= rank < n_total for rank in self._ranks):
+            raise ValueError(f"Invalid ranks={ranks!r}: expected one rank in [0, {n_total}) per spec")
+        self._index = {rank: i for i, rank in enumerate(self._ranks)}
+        self._specs = list(specs)
+        self._run = (seed, start_timesteps, total_timesteps, n_total)
+        # One step slot per worker, plus one for the steps of workers elsewhere (set_steps_elsewhere).
+        self._steps = torch.zeros(n_total + 1, dtype=torch.int64).share_memory_()
         self._control = torch.zeros(2, dtype=torch.int64).share_memory_()
-        self._parked = torch.zeros(n, dtype=torch.int64).share_memory_()
-        self._finished = [False] * n
+        self._parked = torch.zeros(n_total, dtype=torch.int64).share_memory_()
+        self._finished = [False] * len(specs)
+        self._generations = [0] * len(specs)
+        self._procs = [None] * len(specs)
+        self._conns = [None] * len(specs)  # type: ignore[list-item]
         try:
-            self._start_processes(specs, seed, start_timesteps, total_timesteps)
+            for i in range(len(specs)):
+                self._start_process(i)
         except BaseException:
             self.close()
             raise
@@ -251,51 +300,60 @@ class MultiprocessingRuntime(Runtime):
         self._reader = threading.Thread(target=self._read_loop, name="sb3_async-reader", daemon=True)
         self._reader.start()
 
-    def _start_processes(self, specs: Sequence[WorkerSpec], seed: int, start_timesteps: int, total_timesteps: int) -> None:
-        n = len(specs)
-        for rank, spec in enumerate(specs):
-            reader, writer = self._ctx.Pipe(duplex=False)
-            blob = cloudpickle.dumps((spec.fn, spec.payload))
-            proc = start_process(
-                self._ctx,
-                _worker_main,
-                f"sb3_async-{spec.name}",
-                (
-                    rank,
-                    spec.name,
-                    n,
-                    seed,
-                    os.getpid(),
-                    blob,
-                    spec.shared,
-                    self._steps,
-                    self._control,
-                    self._parked,
-                    writer,
-                    start_timesteps,
-                    total_timesteps,
-                ),
-            )
-            writer.close()
-            self._procs.append(proc)
-            self._names.append(spec.name)
-            self._conns.append(reader)
+    def _start_process(self, i: int) -> None:
+        seed, start_timesteps, total_timesteps, n_total = self._run
+        spec, rank = self._specs[i], self._ranks[i]
+        reader, writer = self._ctx.Pipe(duplex=False)
+        blob = cloudpickle.dumps((spec.fn, spec.payload))
+        proc = start_process(
+            self._ctx,
+            _worker_main,
+            f"sb3_async-{spec.name}",
+            (
+                rank,
+                spec.name,
+                n_total,
+                restart_seed(seed, n_total, self._generations[i]),
+                os.getpid(),
+                blob,
+                spec.shared,
+                self._steps,
+                self._control,
+                self._parked,
+                writer,
+                start_timesteps,
+                total_timesteps,
+            ),
+        )
+        writer.close()
+        self._procs[i], self._conns[i] = proc, reader
+        with self._conns_lock:
+            self._open_conns[reader] = rank
 
     def _read_loop(self) -> None:
-        open_conns: dict[Any, int] = dict(zip(self._conns, range(len(self._conns))))
-        while self._reading.is_set() and open_conns:
+        while self._reading.is_set():
+            with self._conns_lock:
+                open_conns = dict(self._open_conns)
+            if not open_conns:
+                time.sleep(0.05)  # every worker is gone; a restarted one adds its pipe
+                continue
             ready: list[Any] = wait(list(open_conns), timeout=0.1)
             for conn in ready:
                 rank = open_conns[conn]
                 try:
                     message: tuple[str, Any] = conn.recv()
                 except (EOFError, OSError):
-                    del open_conns[conn]
+                    with self._conns_lock:
+                        self._open_conns.pop(conn, None)
                     continue
                 self._inbox.put((rank, *message))
 
     def steps(self) -> int:
-        return int(self._steps.sum())
+        return int(self._steps[self._ranks].sum()) if self._ranks else 0
+
+    def set_steps_elsewhere(self, steps: int) -> None:
+        """Steps of workers this runtime does not run (other machines): part of every worker's ``num_timesteps``."""
+        self._steps[-1] = steps
 
     def running(self) -> bool:
         return not all(self._finished)
@@ -309,12 +367,20 @@ class MultiprocessingRuntime(Runtime):
         while True:
             self._held += self._drain(0.0)
             self._check_health()
-            if all(bool(parked) or finished for parked, finished in zip(self._parked.tolist(), self._finished)):
+            if self.parked():
                 return
             if time.monotonic() > deadline:
                 self.resume()
                 raise TimeoutError(f"The workers did not pause within {timeout} s")
             time.sleep(0.002)
+
+    def parked(self) -> bool:
+        """Whether every worker is parked (after :meth:`pause` was asked) or finished."""
+        return all(bool(self._parked[rank]) or finished for rank, finished in zip(self._ranks, self._finished))
+
+    def set_pause(self, paused: bool) -> None:
+        """Ask the workers to park (True) or go on (False) without waiting (:meth:`pause` waits)."""
+        self._control[1] = int(paused)
 
     def resume(self) -> None:
         self._control[1] = 0
@@ -335,53 +401,90 @@ class MultiprocessingRuntime(Runtime):
             if kind == "error":
                 self._tracebacks[rank] = data
             elif kind == "done":
-                self._finished[rank] = True
+                self._finished[self._index[rank]] = True
             else:
                 out.append((rank, kind, data))
         return out
 
     def _check_health(self) -> None:
-        for rank, proc in enumerate(self._procs):
+        for i, proc in enumerate(self._procs):
+            rank = self._ranks[i]
             failed = rank in self._tracebacks
             if not failed and proc.is_alive():
                 continue
             if not failed and proc.exitcode == 0:
-                self._finished[rank] = True
+                self._finished[i] = True
                 continue
             # Dead or failed: give its last message (the traceback) a moment to arrive.
             deadline = time.monotonic() + 2.0
             while rank not in self._tracebacks and proc.exitcode != EXIT_UNGUARDED_MAIN and time.monotonic() < deadline:
                 self._held += self._drain(0.05)
             proc.join(timeout=2.0)
-            raise WorkerError(rank, self._names[rank], proc.exitcode, self._tracebacks.get(rank))
+            raise WorkerError(rank, self._specs[i].name, proc.exitcode, self._tracebacks.get(rank))
 
     def poll(self, timeout: float) -> list[tuple[int, str, Any]]:
         out = self._drain(timeout)
-        self._check_health()
+        try:
+            self._check_health()
+        except WorkerError:
+            self._held = out + self._held  # the other workers' messages are not lost with the error
+            raise
         return out
+
+    def restart(self, rank: int) -> None:
+        if rank not in self._index:
+            raise ValueError(f"Invalid rank={rank!r}: this runtime runs workers {self._ranks}")
+        i = self._index[rank]
+        _stop_processes([self._procs[i]], timeout=1.0)
+        with self._conns_lock:
+            self._open_conns.pop(self._conns[i], None)
+        self._conns[i].close()
+        self._procs[i].close()
+        self._tracebacks.pop(rank, None)
+        self._finished[i] = False
+        self._parked[rank] = 0
+        self._generations[i] += 1
+        self._start_process(i)
 
     def close(self, timeout: float = 5.0) -> None:
         if self._closed:
             return
         self._closed = True
         self.request_stop()
+        procs = [proc for proc in self._procs if proc is not None]
         # The reader thread keeps draining meanwhile, so a worker blocked on send() can finish.
-        _stop_processes(self._procs, timeout)
+        _stop_processes(procs, timeout)
         self._reading.clear()
         if self._reader is not None:
             self._reader.join(timeout=1.0)
         for conn in self._conns:
-            conn.close()
-        for proc in self._procs:
+            if conn is not None:
+                conn.close()
+        for proc in procs:
             if not proc.is_alive():
                 proc.close()
         self._procs, self._conns = [], []
 
 
-def make_runtime(backend: str, start_method: str) -> Runtime:
-    """The runtime for ``backend`` (``"mp"``; ``"ray"`` joins here)."""
+def restart_seed(seed: int, n_workers: int, generation: int) -> int:
+    """Base seed of a worker started for the ``generation``-th time (0: the first start). A restarted worker must not
+    replay its predecessor's episodes: its base seed moves by ``1000 * n_workers`` per restart, past the env seeds
+    (``seed + rank * n_envs``) of every rank for fewer than 1000 envs per worker; kept below 2**31 for NumPy."""
+    return (seed + 1000 * n_workers * generation) % 2**31
+
+
+def make_runtime(backend: str, start_method: str, backend_kwargs: dict[str, Any] | None = None) -> Runtime:
+    """The runtime for ``backend``: ``"mp"`` (:class:`MultiprocessingRuntime`) or ``"ray"``
+    (:class:`~sb3_async.common.ray_runtime.RayRuntime`, its options in ``backend_kwargs``)."""
+    backend_kwargs = dict(backend_kwargs or {})
     if backend == "mp":
+        if backend_kwargs:
+            raise ValueError(f"Invalid backend_kwargs={backend_kwargs!r}: backend='mp' takes none")
         return MultiprocessingRuntime(start_method)
+    if backend == "ray":
+        from sb3_async.common.ray_runtime import RayRuntime  # Ray is optional: imported only when asked for
+
+        return RayRuntime(start_method=start_method, **backend_kwargs)
     raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")
 
 

@@ -1,0 +1,282 @@
+"""``backend="ray"``: the pure merge rule, the missing-Ray message, a local Ray started and shut down for a run, and a
+real two-node Ray cluster on this machine (``ray.cluster_utils.Cluster``): workers on both nodes, a killed Ray actor
+(A3C: ``WorkerError`` naming the worker; Ape-X: restarted), a node removed mid-run (Ape-X goes on), the user's Ray
+left running and no actor of ours left in it. Ray tests start clusters: run this file alone (``-m ray``)."""
+
+import sys
+import time
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.evaluation import evaluate_policy
+
+from sb3_async import A3C, ApeXDPG, ApeXDQN, AsyncNStepQ, WorkerError
+from sb3_async.common.ray_runtime import NAMESPACE, RAY_INSTALL_HINT, entry_tensors, merge_changes
+from sb3_async.common.runtime import make_runtime
+from tests.test_apex import BestEval, _cartpole_dqn, one_torch_thread  # noqa: F401  (a fixture)
+from tests.test_learning import StopAtTrainingReturn
+
+FAST_DQN = dict(n_actors=2, learning_starts=64, batch_size=32, block_size=10, seed=0)
+
+# --- without a cluster ------------------------------------------------------------------------------------------------
+
+
+def test_merge_changes_adds_the_other_machines_changes():
+    """Hand values: global copy 10 when this machine last synced (base 10), since then it moved to 13 (own +3) and
+    the other machines moved the global copy to 15 (+5): local becomes 18, base 18 (global 15 + own 3, the driver adds
+    the returned +3 next), and +3 goes to the driver."""
+    local, base = [torch.tensor([13.0, 1.0])], [torch.tensor([10.0, 1.0])]
+    changes = merge_changes(local, base, [np.array([15.0, 2.0], dtype=np.float32)])
+    np.testing.assert_allclose(changes[0], [3.0, 0.0])
+    np.testing.assert_allclose(local[0].numpy(), [18.0, 2.0])
+    np.testing.assert_allclose(base[0].numpy(), [18.0, 2.0])
+    # Next round: nobody moved, this machine +1; the global copy got our +3 meanwhile (15 + 3 = 18).
+    local[0] += torch.tensor([1.0, 0.0])
+    changes = merge_changes(local, base, [np.array([18.0, 2.0], dtype=np.float32)])
+    np.testing.assert_allclose(changes[0], [1.0, 0.0])
+    np.testing.assert_allclose(local[0].numpy(), [19.0, 2.0])
+
+
+def test_merge_changes_is_exact_for_one_writer_slots_of_uint8():
+    """Observation slots are overwritten by one machine each: merging is exact, uint8 wrap-around included. This
+    machine wrote 2 over 250 in slot 0 (change 8 mod 256); another machine wrote 9 over 7 in slot 1."""
+    local, base = [torch.tensor([2, 7], dtype=torch.uint8)], [torch.tensor([250, 7], dtype=torch.uint8)]
+    global_copy = np.array([250, 9], dtype=np.uint8)
+    changes = merge_changes(local, base, [global_copy])
+    assert changes[0].tolist() == [8, 0]
+    assert local[0].tolist() == [2, 9] and base[0].tolist() == [2, 9]
+    assert (global_copy + changes[0]).tolist() == [2, 9]  # the driver's copy after adding our change
+
+
+def test_entry_tensors_flattens_in_order():
+    a, b, c = torch.zeros(1), torch.ones(2), torch.full((3,), 2.0)
+    assert [t.numel() for t in entry_tensors({"x": [a, b], "y": c})] == [1, 2, 3]
+    with pytest.raises(TypeError, match="shared entry"):
+        entry_tensors("not a tensor")
+
+
+def test_missing_ray_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    with pytest.raises(ImportError, match="sb3-async\\[ray\\]") as info:
+        make_runtime("ray", "forkserver")
+    assert RAY_INSTALL_HINT in str(info.value)
+    with pytest.raises(ImportError, match="sb3-async\\[ray\\]"):
+        A3C("MlpPolicy", "CartPole-v1", backend="ray")  # at construction, not at the first learn()
+
+
+def test_backend_kwargs_are_checked():
+    with pytest.raises(ValueError, match="backend='mp' takes none"):
+        make_runtime("mp", "forkserver", {"address": "auto"})
+    with pytest.raises(TypeError, match="backend_kwargs"):
+        A3C("MlpPolicy", "CartPole-v1", backend="ray", backend_kwargs="auto")
+    pytest.importorskip("ray")
+    with pytest.raises(ValueError, match="workers_per_actor=0"):
+        make_runtime("ray", "forkserver", {"workers_per_actor": 0})
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        make_runtime("ray", "forkserver", {"adress": "auto"})
+
+
+# --- Ray --------------------------------------------------------------------------------------------------------------
+
+
+def _our_actors(ray) -> list[str]:
+    return [actor["name"] for actor in ray.util.list_named_actors(all_namespaces=True) if actor["namespace"] == NAMESPACE]
+
+
+@pytest.mark.ray
+def test_local_ray_is_started_and_shut_down():
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        ray.shutdown()
+    model = A3C(
+        "MlpPolicy", "CartPole-v1", n_workers=2, seed=0, backend="ray", backend_kwargs={"init_kwargs": {"num_cpus": 2}}
+    )
+    before = [param.detach().clone() for param in model.policy.parameters()]
+    model.learn(3000)
+    assert not ray.is_initialized()  # the Ray we started is gone
+    assert model.num_timesteps >= 3000 and len(model.ep_info_buffer) > 0
+    # The driver's policy is the parameter server: the workers' updates reached it.
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.policy.parameters()))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A real two-node Ray cluster on this machine, started by "the user" (us here): never shut down by sb3_async."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    cluster.add_node(num_cpus=2)
+    ray.init(address=cluster.address)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+class OnSteps(BaseCallback):
+    """Calls ``action(model)`` once, at the first callback step at or after ``at`` global steps; records the nodes."""
+
+    def __init__(self, at: int, action=None):
+        super().__init__()
+        self.at, self.action, self.nodes, self.done = at, action, set(), False
+
+    def _on_step(self) -> bool:
+        self.nodes.update(self.model._runtime.worker_nodes().values())
+        if not self.done and self.num_timesteps >= self.at:
+            self.done = True
+            if self.action is not None:
+                self.action(self.model)
+        return True
+
+
+@pytest.mark.ray
+def test_apex_actors_run_on_both_nodes_and_nothing_stays(cluster):
+    import ray
+
+    model = ApeXDQN("MlpPolicy", "CartPole-v1", backend="ray", **FAST_DQN)
+    callback = OnSteps(at=0)
+    model.learn(2000, callback=callback)
+    assert len(callback.nodes) == 2  # one host per node (SPREAD)
+    assert model._n_updates > 0 and model.num_timesteps >= 2000
+    assert ray.is_initialized() and len(ray.nodes()) == 2  # the user's cluster is left running
+    assert _our_actors(ray) == []
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("algo", ["n_step_q", "apex_dpg"])
+def test_async_q_and_apex_dpg_run_on_the_cluster(cluster, algo, tmp_path):
+    """The other algorithms with workers: the driver's copy (what save() writes) gets the machines' updates, the
+    async Q family's target network and optimizer statistics included (each machine's, averaged)."""
+    if algo == "n_step_q":
+        model = AsyncNStepQ("MlpPolicy", "CartPole-v1", n_workers=2, target_update_interval=500, seed=0, backend="ray")
+        modules = [model.policy.q_net, model.policy.q_net_target]
+        env = "CartPole-v1"
+    else:
+        model = ApeXDPG("MlpPolicy", "Pendulum-v1", backend="ray", **{**FAST_DQN, "policy_kwargs": dict(net_arch=[32, 32])})
+        modules = [model.policy.actor]
+        env = "Pendulum-v1"
+    before = [[param.detach().clone() for param in module.parameters()] for module in modules]
+    model.learn(2000)
+    for module, old in zip(modules, before):
+        assert any(not torch.equal(a, b) for a, b in zip(old, module.parameters()))
+    if algo == "n_step_q":
+        statistics = model.policy.optimizer.state_tensors()
+        assert all(bool((tensor >= 0).all()) for tensor in statistics) and any(bool(tensor.any()) for tensor in statistics)
+    model.save(tmp_path / "model.zip")
+    loaded = type(model).load(tmp_path / "model.zip", env=gym.make(env))
+    obs = model.observation_space.sample()[None]
+    np.testing.assert_allclose(model.predict(obs, deterministic=True)[0], loaded.predict(obs, deterministic=True)[0])
+
+
+@pytest.mark.ray
+def test_pause_parks_the_workers_on_every_node(cluster):
+    """``pause_workers()`` (frozen evaluations) holds the workers of every host: no step while paused."""
+    counts = []
+
+    def frozen(model) -> None:
+        runtime = model._runtime
+        with model.pause_workers():
+            runtime.poll(0.3)  # the hosts' replies after the pause carry every step taken before it
+            counts.append(runtime.steps())
+            runtime.poll(0.5)
+            counts.append(runtime.steps())
+
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0, backend="ray")
+    model.learn(3000, callback=OnSteps(at=1000, action=frozen))
+    assert len(counts) == 2 and counts[0] == counts[1] and model.num_timesteps >= 3000
+
+
+@pytest.mark.ray
+def test_workers_the_cluster_cannot_place_fail_clearly(cluster):
+    """Ray waits forever for CPUs a cluster lacks; we stop waiting and say what was asked, leaving no actor behind."""
+    import ray
+
+    model = A3C(
+        "MlpPolicy", "CartPole-v1", n_workers=2, backend="ray", backend_kwargs=dict(num_cpus_per_worker=64, start_timeout=3)
+    )
+    with pytest.raises(TimeoutError, match="num_cpus_per_worker=64"):
+        model.learn(1000)
+    assert ray.is_initialized() and _our_actors(ray) == []
+
+
+def _kill_a_host(model) -> None:
+    import ray
+
+    ray.kill(ray.get_actor(_our_actors(ray)[0], namespace=NAMESPACE))
+
+
+@pytest.mark.ray
+def test_killed_ray_actor_fails_a3c_naming_the_worker(cluster):
+    import ray
+
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0, backend="ray")
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match="a3c-") as info:
+        model.learn(1_000_000, callback=OnSteps(at=1000, action=_kill_a_host))
+    assert time.monotonic() - start < 120
+    assert "was lost" in str(info.value) and "ActorDiedError" in str(info.value)
+    assert _our_actors(ray) == []
+
+
+@pytest.mark.ray
+def test_killed_ray_actor_is_restarted_for_apex(cluster):
+    import ray
+
+    model = ApeXDQN("MlpPolicy", "CartPole-v1", backend="ray", **FAST_DQN)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.learn(3000, callback=OnSteps(at=1000, action=_kill_a_host))
+    restarts = [str(w.message) for w in caught if "restarting it (1/3)" in str(w.message)]
+    assert len(restarts) == 1 and "apex-actor-" in restarts[0]
+    assert model.num_timesteps >= 3000
+    assert _our_actors(ray) == []
+
+
+@pytest.mark.ray
+def test_node_removed_mid_run_apex_goes_on(cluster):
+    """A third node joins; when one of the nodes running actors (not the head) is removed, its actors start again on
+    the nodes left and learning goes on."""
+    import ray
+
+    cluster.add_node(num_cpus=2)
+    head = cluster.head_node.node_id
+
+    def remove_a_node(model) -> None:
+        used = set(model._runtime.worker_nodes().values())
+        node = next(node for node in cluster.worker_nodes if node.node_id in used and node.node_id != head)
+        cluster.remove_node(node)
+
+    model = ApeXDQN("MlpPolicy", "CartPole-v1", backend="ray", **{**FAST_DQN, "n_actors": 3})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.learn(3000, callback=OnSteps(at=1000, action=remove_a_node))
+    assert any("restarting it" in str(w.message) for w in caught)
+    assert model.num_timesteps >= 3000 and model._n_updates > 0
+    assert _our_actors(ray) == []
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a3c_learns_cartpole_on_two_nodes(cluster):
+    model = A3C(
+        "MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=8, learning_rate=1e-3, ent_coef=0.0, seed=0, backend="ray"
+    )
+    model.learn(400_000, callback=StopAtTrainingReturn(490))
+    mean, _ = evaluate_policy(model, gym.make("CartPole-v1"), n_eval_episodes=10, deterministic=True, warn=False)
+    assert mean >= 475, f"deterministic evaluation mean {mean} after {model.num_timesteps} steps"
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_apex_dqn_learns_cartpole_on_two_nodes(cluster, one_torch_thread):  # noqa: F811
+    model = _cartpole_dqn(seed=0)
+    model.backend = "ray"  # the zoo configuration of tests/test_apex.py, on the cluster
+    callback = BestEval("CartPole-v1", 5000)
+    model.learn(150_000, callback=callback)
+    assert callback.best >= 475
