@@ -308,15 +308,22 @@ class AEDDPG(TD3):
             device=device,
             _init_setup_model=False,
         )
-        if isinstance(action_noise, str):
-            dim = int(np.prod(self.action_space.shape))  # type: ignore[union-attr]
-            action_noise = RandomWalkActionNoise(np.zeros(dim), n_envs=self.n_envs)
-        if isinstance(action_noise, RandomWalkActionNoise) and action_noise.n_envs != self.n_envs:
-            raise ValueError(f"Invalid action_noise={action_noise!r}: it has {action_noise.n_envs} streams for {self.n_envs} envs")
-        self.action_noise = action_noise
-        self._reset_collection_stats()
+        self.action_noise = action_noise  # type: ignore[assignment]
+        if env is not None:  # load() passes none: the saved noise is restored after
+            self._resolve_noise()
+            self._reset_collection_stats()
         if _init_setup_model:
             self._setup_model()
+
+    def _resolve_noise(self) -> None:
+        """Build the default noise (one random walk per env) and check a given random walk's stream count."""
+        if isinstance(self.action_noise, str):
+            dim = int(np.prod(self.action_space.shape))  # type: ignore[arg-type]
+            self.action_noise = RandomWalkActionNoise(np.zeros(dim), n_envs=self.n_envs)
+        if isinstance(self.action_noise, RandomWalkActionNoise) and self.action_noise.n_envs != self.n_envs:
+            raise ValueError(
+                f"Invalid action_noise={self.action_noise!r}: it has {self.action_noise.n_envs} streams for {self.n_envs} envs"
+            )
 
     # ---------------------------------------------------------------- model and replay
     def _setup_model(self) -> None:
@@ -361,8 +368,7 @@ class AEDDPG(TD3):
             self.set_env(self.env_source)
         if self.env is None:
             raise ValueError("AEDDPG has no env to learn from: pass one to load(path, env=...) or set_env()")
-        if isinstance(self.action_noise, RandomWalkActionNoise) and self.action_noise.n_envs != self.n_envs:
-            raise ValueError(f"action_noise has {self.action_noise.n_envs} streams for {self.n_envs} envs")
+        self._resolve_noise()
         last_obs = self._last_obs
         result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
         if self._last_obs is not last_obs or not hasattr(self, "_in_flight"):  # the envs were reset: episodes cut
