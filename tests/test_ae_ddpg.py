@@ -300,7 +300,13 @@ def test_replay_ablations(buffer_class: type) -> None:
 def test_noise_ablations_one_stream_per_env(noise_class: type) -> None:
     noise = noise_class(np.zeros(1), 0.3 * np.ones(1))
     model = AEDDPG(
-        "MlpPolicy", "Pendulum-v1", n_envs=3, pool_kwargs=LOCAL, learning_starts=20, action_noise=noise, policy_kwargs=SMALL_NET
+        "MlpPolicy",
+        "Pendulum-v1",
+        n_envs=3,
+        pool_kwargs=LOCAL,
+        learning_starts=20,
+        action_noise=noise,
+        policy_kwargs=SMALL_NET,
     )
     model.learn(30)
     assert isinstance(model.action_noise, VectorizedActionNoise) and len(model.action_noise.noises) == 3
@@ -322,7 +328,10 @@ def test_random_walk_streams_advance_only_for_their_envs_steps() -> None:
         (dict(min_ready=0), "min_ready"),
         (dict(action_noise="pink"), "action_noise"),
         (dict(replay_buffer_kwargs=dict(n_steps=3)), "n_steps"),
-        (dict(pool_kwargs=dict(n_workers=0), n_envs=2, action_noise=RandomWalkActionNoise(np.zeros(1), n_envs=3)), "3 streams"),
+        (
+            dict(pool_kwargs=dict(n_workers=0), n_envs=2, action_noise=RandomWalkActionNoise(np.zeros(1), n_envs=3)),
+            "3 streams",
+        ),
     ],
 )
 def test_bad_arguments_are_named(kwargs: dict, match: str) -> None:
@@ -384,3 +393,42 @@ def test_learns_pendulum_to_minus_200() -> None:
         best = max(best, evaluate_policy(model, eval_env, n_eval_episodes=10)[0])
     model.env.close()
     assert best >= -200, best
+
+
+# ---------------------------------------------------------------- RL Zoo
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "LunarLanderContinuous-v3", "HalfCheetah-v5"])
+def test_zoo_entry_builds_its_model(env_id: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    import yaml
+    from rl_zoo3.exp_manager import ExperimentManager
+
+    from sb3_async import zoo
+
+    monkeypatch.chdir(tmp_path)  # MuJoCo writes MUJOCO_LOG.TXT into the working directory
+    zoo.register()
+    entry = zoo.zoo_algorithm("ae_ddpg")
+    assert entry is not None
+    config = yaml.safe_load(entry.config_path.read_text())[env_id]
+    manager = ExperimentManager(
+        argparse.Namespace(), "ae_ddpg", env_id, str(tmp_path), n_timesteps=0, eval_freq=-1, seed=0,
+        config=str(entry.config_path), hyperparams=dict(n_envs=2, pool_kwargs=dict(n_workers=1)),
+    )  # fmt: skip
+    try:
+        result = manager.setup_experiment()
+    except gym.error.DependencyNotInstalled as error:
+        pytest.skip(f"{env_id} needs an optional dependency: {error}")
+    assert result is not None
+    model = result[0]
+    try:
+        assert type(model) is AEDDPG and model.n_envs == 2 and model.env.num_envs == 2
+        for name in ("gamma", "tau", "learning_starts", "buffer_size"):
+            if name in config:
+                assert getattr(model, name) == pytest.approx(config[name]), name
+        assert model.lr_schedule(1.0) == pytest.approx(config.get("learning_rate", 1e-4))
+        assert isinstance(model.action_noise, RandomWalkActionNoise)
+        # the pool's envs are copies of the zoo's (Monitor-wrapped, without its file): they step and report episodes
+        obs = model.env.reset()
+        assert obs.shape == (2, *model.observation_space.shape)
+    finally:
+        model.env.close()

@@ -1,4 +1,5 @@
-from sb3_async.ae_ddpg.ae_ddpg import AEDDPG
 from stable_baselines3.td3.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
+
+from sb3_async.ae_ddpg.ae_ddpg import AEDDPG
 
 __all__ = ["AEDDPG", "CnnPolicy", "MlpPolicy", "MultiInputPolicy"]

@@ -20,7 +20,6 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch as th
-from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
@@ -142,6 +141,7 @@ def make_pool_vec_env(
     :param n_envs: number of envs; None: 16 (the paper) for ids, factories and envs, the given count for pools/VecEnvs
     :param pool_kwargs: for :class:`AsyncEnvPool` (``n_workers``, ``start_method``, ``on_error``, ``env_kwargs``)
     """
+    source: Callable[[], gym.Env] | str | None
     if isinstance(env, AsyncEnvPool):
         env = env.as_vec_env()
     if isinstance(env, PoolVecEnv):
@@ -166,7 +166,8 @@ def make_pool_vec_env(
     else:
         raise TypeError(f"Invalid env={env!r}: expected an env id, a factory, a gym.Env, a DummyVecEnv or an AsyncEnvPool")
     if n_envs is not None and given.num_envs != n_envs:
-        given.close() if source is not None else None
+        if source is not None:  # built here: nobody else will close it
+            given.close()
         raise ValueError(f"Invalid n_envs={n_envs}: the env given has {given.num_envs} envs")
     return given, source
 
@@ -232,6 +233,7 @@ class AEDDPG(TD3):
     }
     policy: TD3Policy
     env: PoolVecEnv | None  # type: ignore[assignment]
+    _buffer_actions: np.ndarray  # the scaled actions of the steps in flight, per env
 
     def __init__(
         self,
@@ -340,7 +342,9 @@ class AEDDPG(TD3):
             kwargs["episode_caches"] = False  # the caches are ours: the envs' transitions arrive interleaved
         if self.replay_buffer is None:
             # One column (n_envs=1): the paper's single Memory, written in arrival order.
-            self.replay_buffer = cls(self.buffer_size, self.observation_space, self.action_space, device=self.device, n_envs=1, **kwargs)
+            self.replay_buffer = cls(
+                self.buffer_size, self.observation_space, self.action_space, device=self.device, n_envs=1, **kwargs
+            )
         super()._setup_model()
         self._caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)
 
@@ -401,7 +405,9 @@ class AEDDPG(TD3):
 
     # ---------------------------------------------------------------- collection (§IV-A)
     def _reset_collection_stats(self) -> None:
-        self.collection_stats = dict(recv_seconds=0.0, train_seconds=0.0, receives=0, transitions=0, started=time.perf_counter())
+        self.collection_stats = dict(
+            recv_seconds=0.0, train_seconds=0.0, receives=0, transitions=0, started=time.perf_counter()
+        )
         self.env_transitions = np.zeros(self.n_envs, dtype=np.int64)
 
     def _empty_pending(self) -> dict[str, Any]:
@@ -515,7 +521,8 @@ class AEDDPG(TD3):
         assert isinstance(env, PoolVecEnv), "AEDDPG's env is an AsyncEnvPool's PoolVecEnv"
         self.policy.set_training_mode(False)
         if not hasattr(self, "_buffer_actions") or len(self._buffer_actions) != self.n_envs:
-            self._buffer_actions = np.zeros((self.n_envs, *self.action_space.shape), dtype=np.float32)  # type: ignore[misc]
+            shape = self.action_space.shape or ()
+            self._buffer_actions = np.zeros((self.n_envs, *shape), dtype=np.float32)
         if not self._in_flight:  # first collection after a reset: act on every env
             self._act_and_send(list(range(self.n_envs)), learning_starts)
         n_transitions, n_episodes = 0, 0
@@ -523,7 +530,9 @@ class AEDDPG(TD3):
         callback.on_rollout_start()
         while should_collect_more_steps(train_freq, n_transitions, n_episodes):
             start = time.perf_counter()
-            new_obs, rewards, terminations, truncations, infos = env.pool.recv(min_ready=min(self.min_ready, len(self._in_flight)))
+            new_obs, rewards, terminations, truncations, infos = env.pool.recv(
+                min_ready=min(self.min_ready, len(self._in_flight))
+            )
             stats["recv_seconds"] += time.perf_counter() - start
             ids = list(new_obs)
             self._in_flight.difference_update(ids)

@@ -167,7 +167,9 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
         """Algorithm 1, lines 9-14, for the episode of env ``env_idx`` whose last transition is at ``last_pos``."""
         # An episode longer than Memory has lost its start.
         length = int(min(self.episode_lengths[env_idx], self.buffer_size))
-        self.store_episode((last_pos - length + 1 + np.arange(length)) % self.buffer_size, env_idx, self.episode_returns[env_idx])
+        self.store_episode(
+            (last_pos - length + 1 + np.arange(length)) % self.buffer_size, env_idx, self.episode_returns[env_idx]
+        )
         self.episode_lengths[env_idx] = 0
         self.episode_returns[env_idx] = 0.0
 
