@@ -29,6 +29,16 @@ from sb3_async import (
 from sb3_async.ae_ddpg.ae_ddpg import EpisodeCaches, ddpg_targets, rho_for_n_envs, weighted_critic_loss
 from sb3_async.common.env_pool import EnvError
 
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Any:
+    """The learner with one torch thread, as the benchmark runs it: on 2 cores its intra-op threads would otherwise
+    spin on the env workers' core."""
+    threads = th.get_num_threads()
+    th.set_num_threads(1)
+    yield
+    th.set_num_threads(threads)
+
+
 SMALL_NET = dict(net_arch=dict(pi=[16], qf=[16]))
 LOCAL = dict(n_workers=0)  # envs stepped in this process: no process start-up for tests that need none
 
@@ -135,18 +145,18 @@ def test_storing_rule_fed_from_interleaved_envs_per_env_caches_shared_r_max() ->
 
 # ---------------------------------------------------------------- asynchronous collection
 def test_a_slow_env_does_not_stall_the_others() -> None:
-    factories = [tagged(tag=0, sleep=0.25, length=1000), tagged(tag=1, length=1000), tagged(tag=2, length=1000)]
+    factories = [tagged(tag=0, sleep=1.0, length=1000), tagged(tag=1, length=1000), tagged(tag=2, length=1000)]
     model = AEDDPG(
         "MlpPolicy", AsyncEnvPool(factories, n_workers=3), learning_starts=0, gradient_steps=1, batch_size=8,
         policy_kwargs=SMALL_NET, seed=0,
     )  # fmt: skip
     start = time.perf_counter()
-    model.learn(120)
+    model.learn(90)
     elapsed = time.perf_counter() - start
     slow, fast = model.env_transitions[0], model.env_transitions[1:]
-    # Stepped in lockstep, the 120 transitions would take 40 slow steps, 10 s; here the slow env made a few.
+    # Stepped in lockstep, the 90 transitions would take 30 slow steps, 30 s; here the slow env made a few.
     assert slow * 5 <= fast.min(), model.env_transitions
-    assert elapsed < 40 * 0.25 / 2, elapsed
+    assert elapsed < 15, elapsed
     model.env.close()
 
 
