@@ -29,6 +29,7 @@ from sb3_async import (
 from sb3_async.ae_ddpg.ae_ddpg import EpisodeCaches, ddpg_targets, rho_for_n_envs, weighted_critic_loss
 from sb3_async.common.env_pool import EnvError
 
+
 @pytest.fixture(autouse=True)
 def one_torch_thread() -> Any:
     """The learner with one torch thread, as the benchmark runs it: on 2 cores its intra-op threads would otherwise
