@@ -442,3 +442,19 @@ def test_zoo_entry_builds_its_model(env_id: str, tmp_path: Any, monkeypatch: pyt
         assert obs.shape == (2, *model.observation_space.shape)
     finally:
         model.env.close()
+
+
+def test_ctrl_c_during_learn_leaves_no_env_process() -> None:
+    class Interrupt(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= 10:
+                raise KeyboardInterrupt
+            return True
+
+    pool = AsyncEnvPool([tagged(tag=0, length=50), tagged(tag=1, length=50)], n_workers=1)
+    pids = [proc.pid for proc in pool._procs]
+    model = AEDDPG("MlpPolicy", pool, learning_starts=100, policy_kwargs=SMALL_NET)
+    with pytest.raises(KeyboardInterrupt):
+        model.learn(100, callback=Interrupt())
+    assert pool.closed and model.env is None
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
