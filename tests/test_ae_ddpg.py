@@ -284,6 +284,13 @@ def test_save_load_with_the_dual_replay_round_trips(tmp_path: Any) -> None:
     loaded.learn(20, reset_num_timesteps=False)
     assert loaded.num_timesteps == 320 and loaded.env.num_envs == 2
     assert b.n_episodes == 6 and b.pos == 320
+    # a buffer of a stock SB3 run with several env columns is refused, saying why
+    from stable_baselines3.common.save_util import save_to_pkl
+
+    save_to_pkl(tmp_path / "two.pkl", ReplayBuffer(10, loaded.observation_space, loaded.action_space, n_envs=2))
+    with pytest.raises(ValueError, match="2 env columns"):
+        loaded.load_replay_buffer(tmp_path / "two.pkl")
+    assert loaded.replay_buffer is b  # kept
     mean, _ = evaluate_policy(loaded, gym.make("Pendulum-v1", max_episode_steps=10), n_eval_episodes=1)
     assert np.isfinite(mean)
     model.env.close()

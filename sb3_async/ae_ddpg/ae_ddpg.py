@@ -348,6 +348,22 @@ class AEDDPG(TD3):
         super()._setup_model()
         self._caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)
 
+    def load_replay_buffer(self, path: Any, truncate_last_traj: bool = True) -> None:
+        """SB3's ``load_replay_buffer``, for a buffer with one Memory column (the one AEDDPG saves); the running
+        episodes' caches are dropped (their rows were in the replaced Memory)."""
+        previous = self.replay_buffer
+        super().load_replay_buffer(path, truncate_last_traj)
+        assert self.replay_buffer is not None
+        if self.replay_buffer.n_envs != 1:
+            n_columns, self.replay_buffer = self.replay_buffer.n_envs, previous
+            raise ValueError(
+                f"Invalid replay buffer at {path!r}: it has {n_columns} env columns; AEDDPG writes every env into one "
+                "Memory column (n_envs=1), as the buffers it saves"
+            )
+        if isinstance(self.replay_buffer, EpisodicDualReplayBuffer):
+            self.replay_buffer.episode_caches = False
+        self._caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)
+
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_caches", "_in_flight", "_episode_stats", "_pending", "_buffer_actions"]
 
