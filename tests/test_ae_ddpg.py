@@ -465,3 +465,11 @@ def test_ctrl_c_during_learn_leaves_no_env_process() -> None:
         model.learn(100, callback=Interrupt())
     assert pool.closed and model.env is None
     assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+
+
+def test_dict_observations_are_refused_saying_what_to_do() -> None:
+    class DictEnv(TaggedEnv):
+        observation_space = spaces.Dict({"x": spaces.Box(-1.0, 1.0, (2,), np.float32)})
+
+    with pytest.raises(ValueError, match="FlattenObservation"):
+        AEDDPG("MlpPolicy", lambda: DictEnv(), n_envs=1, pool_kwargs=LOCAL)

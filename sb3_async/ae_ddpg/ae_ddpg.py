@@ -20,6 +20,7 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch as th
+from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
@@ -27,7 +28,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutReturn, Schedule, TrainFreq
 from stable_baselines3.common.utils import polyak_update, should_collect_more_steps
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
-from stable_baselines3.td3.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, TD3Policy
+from stable_baselines3.td3.policies import CnnPolicy, MlpPolicy, TD3Policy
 from stable_baselines3.td3.td3 import TD3
 
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
@@ -229,7 +230,6 @@ class AEDDPG(TD3):
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpPolicy": MlpPolicy,
         "CnnPolicy": CnnPolicy,
-        "MultiInputPolicy": MultiInputPolicy,
     }
     policy: TD3Policy
     env: PoolVecEnv | None  # type: ignore[assignment]
@@ -280,6 +280,13 @@ class AEDDPG(TD3):
         self.env_source: Callable[[], gym.Env] | str | None = None
         if env is not None:
             env, self.env_source = make_pool_vec_env(env, None if n_envs is None else int(n_envs), self.pool_kwargs)
+            if isinstance(env.observation_space, spaces.Dict):
+                if self.env_source is not None:  # built here: nobody else will close it
+                    env.close()
+                raise ValueError(
+                    f"Invalid env: Dict observation spaces ({env.observation_space}) are not supported by AEDDPG's "
+                    "one-column Memory; flatten them (gymnasium.wrappers.FlattenObservation)"
+                )
         policy_kwargs = dict(policy_kwargs or {})
         policy_kwargs.setdefault("net_arch", dict(pi=[256, 256, 128], qf=[256, 128]))  # §V-B, MuJoCo
         policy_kwargs.setdefault("n_critics", 1)  # DDPG: one critic
