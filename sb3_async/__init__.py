@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sb3_async.a3c import A3C
+    from sb3_async.ae_ddpg import AEDDPG
     from sb3_async.apex import ApeXDPG, ApeXDQN
     from sb3_async.async_q import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
     from sb3_async.common.buffers import (
@@ -30,6 +31,7 @@ with open(os.path.join(os.path.dirname(__file__), "version.txt")) as file_handle
 #: Where each public name lives (imported on first access).
 _LAZY = {
     "A3C": "sb3_async.a3c",
+    "AEDDPG": "sb3_async.ae_ddpg",
     "ApeXDPG": "sb3_async.apex",
     "ApeXDQN": "sb3_async.apex",
     "AsyncNStepQ": "sb3_async.async_q",
@@ -48,7 +50,7 @@ _LAZY = {
 }
 
 
-_SUBMODULES = ("a3c", "apex", "async_q", "benchmark", "common", "enjoy", "record_video", "train", "zoo")
+_SUBMODULES = ("a3c", "ae_ddpg", "apex", "async_q", "benchmark", "common", "enjoy", "record_video", "train", "zoo")
 
 
 def __getattr__(name: str) -> Any:
@@ -67,6 +69,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "A3C",
+    "AEDDPG",
     "ApeXDPG",
     "ApeXDQN",
     "AsyncEnvPool",

@@ -42,6 +42,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from torch import nn
 
 from sb3_async.a3c import A3C
+from sb3_async.ae_ddpg import AEDDPG
 from sb3_async.apex import ApeXDPG, ApeXDQN
 from sb3_async.async_q import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 from sb3_async.common.async_algorithm import AsyncAlgorithm
@@ -203,14 +204,15 @@ class ZooAlgorithm:
     :param algo_class: the sb3_async algorithm
     :param sampler: hyperparameter sampler for ``-optimize`` (the zoo's signature), None if there is none yet
     :param converter: turns a trial's sampled values into hyperparameters (``--storage ... --trial-id``)
-    :param worker_names: the algorithm's names for the worker count and the envs per worker (Ape-X: actors)
+    :param worker_names: the algorithm's names for the worker count and the envs per worker (Ape-X: actors); None for
+        an algorithm that steps the zoo's ``n_envs`` envs itself (AEDDPG: copies of them in an ``AsyncEnvPool``)
     """
 
     name: str
-    algo_class: type[AsyncAlgorithm]
+    algo_class: type[AsyncAlgorithm] | type[AEDDPG]
     sampler: Sampler | None = None
     converter: Converter | None = None
-    worker_names: tuple[str, str] = ("n_workers", "n_envs_per_worker")
+    worker_names: tuple[str, str] | None = ("n_workers", "n_envs_per_worker")
 
     @property
     def __name__(self) -> str:  # type: ignore[override]  # push_to_hub reads ALGOS[algo].__name__
@@ -221,6 +223,8 @@ class ZooAlgorithm:
         return CONFIG_DIR / f"{self.name}.yml"
 
     def _worker_kwargs(self, env: VecEnv, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self.worker_names is None:
+            return {}
         workers, envs_per_worker = self.worker_names
         n_workers, n_envs_per_worker = kwargs.pop(workers, None), kwargs.pop(envs_per_worker, None)
         if workers != "n_workers":  # the generic names (the benchmark's scaling suite) work for every algorithm
@@ -229,7 +233,7 @@ class ZooAlgorithm:
         counts = resolve_worker_counts(env.num_envs, n_workers, n_envs_per_worker)
         return dict(zip(self.worker_names, counts))
 
-    def __call__(self, policy: Any, env: Any, **kwargs: Any) -> AsyncAlgorithm:
+    def __call__(self, policy: Any, env: Any, **kwargs: Any) -> AsyncAlgorithm | AEDDPG:
         """Build the algorithm on the zoo's VecEnv of ``n_envs`` envs (see the module docstring)."""
         if not isinstance(env, VecEnv):
             return self.algo_class(policy, env, **kwargs)
@@ -238,13 +242,13 @@ class ZooAlgorithm:
         with _without_monitor_files(base):
             return self.algo_class(policy, env, **kwargs)
 
-    def load(self, path: Any, env: VecEnv | None = None, **kwargs: Any) -> AsyncAlgorithm:
+    def load(self, path: Any, env: VecEnv | None = None, **kwargs: Any) -> AsyncAlgorithm | AEDDPG:
         """``algo_class.load``; with an env (continued training, ``record_video``) checked and copied as in
         :meth:`__call__`; worker counts in ``kwargs`` are resolved against ``env.num_envs``, else the saved ones stay."""
         if not isinstance(env, VecEnv):
             return self.algo_class.load(path, env=env, **kwargs)
         base = _check_zoo_env(env)
-        if any(name in kwargs for name in (*self.worker_names, "n_workers", "n_envs_per_worker")):
+        if any(name in kwargs for name in (*(self.worker_names or ()), "n_workers", "n_envs_per_worker")):
             kwargs.update(self._worker_kwargs(env, kwargs))
         with _without_monitor_files(base):
             return self.algo_class.load(path, env=env, **kwargs)
@@ -258,6 +262,7 @@ ZOO_ALGORITHMS: tuple[ZooAlgorithm, ...] = (
     ZooAlgorithm("async_n_step_q", AsyncNStepQ, sample_async_q_params, convert_async_q_params),
     ZooAlgorithm("apex_dqn", ApeXDQN, worker_names=("n_actors", "n_envs_per_actor")),
     ZooAlgorithm("apex_dpg", ApeXDPG, worker_names=("n_actors", "n_envs_per_actor")),
+    ZooAlgorithm("ae_ddpg", AEDDPG, worker_names=None),
 )
 
 

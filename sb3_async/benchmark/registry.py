@@ -197,6 +197,7 @@ for _name in ("async_one_step_q", "async_sarsa", "async_n_step_q"):
     )
 register_algorithm("apex_dqn", "sb3_async", peers="dqn", envs=("CartPole-v1", "LunarLander-v3", PONG))
 register_algorithm("apex_dpg", "sb3_async", peers=("td3", "ddpg"), envs=("Pendulum-v1",))
+register_algorithm("ae_ddpg", "sb3_async", peers=("td3", "ddpg"), envs=("Pendulum-v1", "HalfCheetah-v5"))
 register_algorithm("dqn", "sb3", envs=("CartPole-v1", "LunarLander-v3", PONG))
 register_algorithm("ddpg", "sb3", envs=("Pendulum-v1", "HalfCheetah-v5"), config_aliases=_MUJOCO_ALIASES)
 register_algorithm("td3", "sb3", envs=("Pendulum-v1", "HalfCheetah-v5"), config_aliases=_MUJOCO_ALIASES)

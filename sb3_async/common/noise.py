@@ -7,7 +7,7 @@ reset to 0 at every episode end and kept inside ``[-bound, bound]``; see :class:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -108,12 +108,22 @@ class RandomWalkActionNoise(VectorizedActionNoise):
         self._noises = [self]
 
     def __call__(self) -> np.ndarray:
-        source = np.random if self.generator is None else self.generator
-        x = source.normal(0.0, 1.0, size=self.walk.shape)
-        self.walk = random_walk_step(self.walk, x * self._sigma, self.bound, self.bound_mode, self.leak)
-        noise = (self.walk + self._mu).astype(self._dtype)
+        noise = self.sample(range(self.n_envs))
         # One env: the shape of SB3's single noises, (action_dim,)
         return noise[0] if self.n_envs == 1 else noise
+
+    def sample(self, indices: Sequence[int]) -> np.ndarray:
+        """
+        Advance the walks of the envs in ``indices`` only (envs stepped asynchronously: each walk moves once per step of
+        its own env) and return their noise, shape ``(len(indices), action_dim)``.
+
+        :param indices: env indices, each at most once
+        """
+        rows = np.asarray(indices, dtype=np.int64)
+        source = np.random if self.generator is None else self.generator
+        x = source.normal(0.0, 1.0, size=(len(rows), self.walk.shape[1]))
+        self.walk[rows] = random_walk_step(self.walk[rows], x * self._sigma, self.bound, self.bound_mode, self.leak)
+        return (self.walk[rows] + self._mu).astype(self._dtype)
 
     def reset(self, indices: Iterable[int] | None = None) -> None:
         """

@@ -73,6 +73,10 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
     :param gamma: discount of the n-step returns (used only when ``n_steps > 1``)
     :param hmemory_top_k: an episode enters HMemory if its return is at least the k-th best so far; 1 (default) is
         the paper's ``R_max`` rule
+    :param episode_caches: ``True`` (default): the buffer keeps each env's episode cache itself (each env's episode is
+        contiguous in its column of Memory); ``False``: :meth:`add` only writes Memory and the caller keeps the caches
+        and reports each finished episode with :meth:`store_episode` (AE-DDPG, whose envs' transitions arrive
+        interleaved in one column)
     """
 
     def __init__(
@@ -89,6 +93,7 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
         n_steps: int = 1,
         gamma: float = 0.99,
         hmemory_top_k: int = 1,
+        episode_caches: bool = True,
     ) -> None:
         if isinstance(observation_space, spaces.Dict):
             raise ValueError(
@@ -116,6 +121,7 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
         self.n_steps = int(n_steps)
         self.gamma = float(gamma)
         self.hmemory_top_k = int(hmemory_top_k)
+        self.episode_caches = bool(episode_caches)
         # HMemory: one flat FIFO of whole episodes, stored as a single-env ring so n-step code applies unchanged.
         self.h_observations = np.zeros((self.hmemory_size, 1, *self.obs_shape), dtype=self.observations.dtype)
         self.h_next_observations = np.zeros_like(self.h_observations)
@@ -150,6 +156,8 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
     ) -> None:
         pos = self.pos
         super().add(obs, next_obs, action, reward, done, infos)  # Algorithm 1, line 7: copy to Memory
+        if not self.episode_caches:
+            return
         self.episode_lengths += 1
         self.episode_returns += np.asarray(reward, dtype=np.float64).reshape(self.n_envs)
         for env_idx in np.flatnonzero(np.asarray(done).reshape(self.n_envs)):
@@ -157,11 +165,28 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
 
     def _end_episode(self, env_idx: int, last_pos: int) -> None:
         """Algorithm 1, lines 9-14, for the episode of env ``env_idx`` whose last transition is at ``last_pos``."""
-        episodic_return = float(self.episode_returns[env_idx])
-        if admits_episode(episodic_return, self.best_returns, self.hmemory_top_k):
-            # An episode longer than Memory has lost its start; one longer than HMemory keeps its end (FIFO).
-            length = int(min(self.episode_lengths[env_idx], self.buffer_size, self.hmemory_size))
-            src = (last_pos - length + 1 + np.arange(length)) % self.buffer_size
+        # An episode longer than Memory has lost its start.
+        length = int(min(self.episode_lengths[env_idx], self.buffer_size))
+        self.store_episode(
+            (last_pos - length + 1 + np.arange(length)) % self.buffer_size, env_idx, self.episode_returns[env_idx]
+        )
+        self.episode_lengths[env_idx] = 0
+        self.episode_returns[env_idx] = 0.0
+
+    def store_episode(self, slots: np.ndarray, env_idx: int, episodic_return: float) -> bool:
+        """Algorithm 1, lines 9-14, for one finished episode: copy it to HMemory if ``R_e >= R_max``, then update
+        ``R_max``.
+
+        :param slots: the Memory rows of the episode's transitions, in order (those still in Memory)
+        :param env_idx: the Memory column they are in
+        :param episodic_return: ``R_e``, the sum of the episode's rewards (line 10)
+        :return: whether the episode entered HMemory
+        """
+        episodic_return = float(episodic_return)
+        admitted = admits_episode(episodic_return, self.best_returns, self.hmemory_top_k)
+        if admitted:
+            src = np.asarray(slots, dtype=np.int64)[-self.hmemory_size :]  # one longer than HMemory keeps its end (FIFO)
+            length = len(src)
             dst = (self.h_pos + np.arange(length)) % self.hmemory_size
             self.h_observations[dst, 0] = self.observations[src, env_idx]
             if self.optimize_memory_usage:
@@ -178,8 +203,7 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
             self.last_admission_episode = self.n_episodes + 1
         self.best_returns = update_best_returns(episodic_return, self.best_returns, self.hmemory_top_k)
         self.n_episodes += 1
-        self.episode_lengths[env_idx] = 0
-        self.episode_returns[env_idx] = 0.0
+        return admitted
 
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> ReplayBufferSamples:
         """
