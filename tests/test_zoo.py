@@ -297,7 +297,8 @@ def test_train_then_enjoy_through_the_cli(tmp_path: Path) -> None:
     assert model.num_timesteps >= 3000 and model.n_workers == 2
 
     # enjoy: finds the latest run under ./logs by default, loads it, runs episodes
-    out = run_cli("sb3_async.enjoy", "--algo", "a3c", "--env", "CartPole-v1", "-n", "400", "--no-render", cwd=tmp_path)
+    # 1200 steps: CartPole-v1 truncates at 500, so episodes end even if the short training balanced the pole
+    out = run_cli("sb3_async.enjoy", "--algo", "a3c", "--env", "CartPole-v1", "-n", "1200", "--no-render", cwd=tmp_path)
     assert f"Loading {Path('logs/a3c/CartPole-v1_1/CartPole-v1.zip')}" in out
     assert "Mean reward:" in out and "Episodes" in out
     out = run_cli(
@@ -390,7 +391,7 @@ def test_async_q_train_optimize_and_enjoy_through_the_cli(algo: str, tmp_path: P
     run_cli("sb3_async.train", "--algo", algo, "--env", "CartPole-v1", "-n", "2000", "--seed", "0", "-params", *SMALL,
             cwd=tmp_path)  # fmt: skip
     assert (tmp_path / "logs" / algo / "CartPole-v1_1" / "CartPole-v1.zip").is_file()
-    out = run_cli("sb3_async.enjoy", "--algo", algo, "--env", "CartPole-v1", "-n", "300", "--no-render", cwd=tmp_path)
+    out = run_cli("sb3_async.enjoy", "--algo", algo, "--env", "CartPole-v1", "-n", "1200", "--no-render", cwd=tmp_path)
     assert "Mean reward:" in out or "Episodes" in out
     if algo == "async_n_step_q":
         out = run_cli("sb3_async.train", "--algo", algo, "--env", "CartPole-v1", "-optimize", "--n-trials", "2", "-n", "1500",

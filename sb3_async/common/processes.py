@@ -81,12 +81,15 @@ def _exit_if_importing_main() -> None:
 
 
 @contextlib.contextmanager
-def _main_module_importable() -> Iterator[None]:
+def _main_module_importable(always: bool = False) -> Iterator[None]:
     """Hide a main module ``__file__`` that is not a file (``python - < script.py`` gives ``'<stdin>'``): workers then
-    do not try to re-import it, as with ``python -c`` and notebooks (what they need of it travels with cloudpickle)."""
+    do not try to re-import it, as with ``python -c`` and notebooks (what they need of it travels with cloudpickle).
+
+    :param always: hide it even when it is a file (inside a Ray actor, ``__main__`` is Ray's own worker script)
+    """
     main = sys.modules.get("__main__")
     main_file = getattr(main, "__file__", None)
-    if main is None or main_file is None or os.path.isfile(main_file):
+    if main is None or main_file is None or (os.path.isfile(main_file) and not always):
         yield
         return
     del main.__file__

@@ -31,11 +31,10 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import sys
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +42,7 @@ import cloudpickle
 import numpy as np
 import torch
 
-from sb3_async.common.processes import WorkerError
+from sb3_async.common.processes import WorkerError, _main_module_importable
 from sb3_async.common.runtime import MultiprocessingRuntime, Runtime, WorkerSpec, restart_seed
 
 RAY_INSTALL_HINT = 'backend="ray" needs Ray: pip install "sb3-async[ray]"'
@@ -89,22 +88,6 @@ def merge_changes(local: list[torch.Tensor], base: list[torch.Tensor], global_va
     return changes
 
 
-@contextlib.contextmanager
-def _main_file_hidden() -> Iterator[None]:
-    """Inside a Ray actor, ``__main__`` is Ray's worker script: hide its path so that the runtime's forkserver and
-    spawned workers do not import it (they get what they need with cloudpickle)."""
-    main = sys.modules.get("__main__")
-    main_file = getattr(main, "__file__", None)
-    if main is None or main_file is None:
-        yield
-        return
-    del main.__file__
-    try:
-        yield
-    finally:
-        main.__file__ = main_file
-
-
 class RayHost:
     """A Ray actor running a group of workers with a :class:`MultiprocessingRuntime` (shared memory inside it).
 
@@ -135,7 +118,7 @@ class RayHost:
         self._averaged = [tensor for name in specs[0].averaged for tensor in entry_tensors(first[name])]
         self._published = {name: entry_tensors(first[name]) for name in specs[0].published}
         self._runtime = MultiprocessingRuntime(start_method)
-        with _main_file_hidden():
+        with _main_module_importable(always=True):
             self._runtime.start(specs, seed, start_timesteps, total_timesteps, ranks=ranks, n_total=n_total)
 
     def node_id(self) -> str:
@@ -183,7 +166,7 @@ class RayHost:
         )
 
     def restart(self, rank: int) -> None:
-        with _main_file_hidden():
+        with _main_module_importable(always=True):
             self._runtime.restart(rank)
 
     def close(self) -> None:
