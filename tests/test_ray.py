@@ -15,8 +15,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.evaluation import evaluate_policy
 
 from sb3_async import A3C, ApeXDPG, ApeXDQN, AsyncNStepQ, WorkerError
-from sb3_async.common.ray_runtime import NAMESPACE, RAY_INSTALL_HINT, entry_tensors, merge_changes
 from sb3_async.common.runtime import make_runtime
+from sb3_async.common.runtime.ray_backend import NAMESPACE, RAY_INSTALL_HINT, entry_tensors, merge_changes
 from tests.test_apex import BestEval, _cartpole_dqn, one_torch_thread  # noqa: F401  (a fixture)
 from tests.test_learning import StopAtTrainingReturn
 

@@ -35,9 +35,9 @@ from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transit
 from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, check_float, check_int
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer
 from sb3_async.common.env_util import EnvRecipe
-from sb3_async.common.processes import WorkerError
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec
+from sb3_async.common.runtime.processes import WorkerError
 from sb3_async.common.torch_utils import build_worker_policy
 
 
@@ -170,7 +170,7 @@ class ApeXAlgorithm(AsyncAlgorithm):
     :param max_blocks_in_flight: blocks an actor may have sent and not yet inserted before it waits
     :param max_actor_restarts: how many times one actor that died (exception, signal, lost Ray actor or node) is
         restarted within a ``learn()`` call (a warning each time, counted in ``rollout/actor_restarts``); once more
-        and ``learn()`` raises :class:`~sb3_async.common.processes.WorkerError`
+        and ``learn()`` raises :class:`~sb3_async.common.runtime.processes.WorkerError`
     :param replay_ratio: None (the paper: actors and learner each as fast as they can), or transitions the learner
         replays per transition inserted once learning started; the learner then holds blocks back when it is behind
         (its actors wait) and waits for data when it is ahead: SB3's fixed ``train_freq``/``gradient_steps`` ratio,

@@ -38,8 +38,8 @@ from sb3_async.common.normalization import (
     statistics_state,
     vec_normalizes,
 )
-from sb3_async.common.processes import START_METHODS, WorkerError
 from sb3_async.common.runtime import BACKENDS, Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
+from sb3_async.common.runtime.processes import START_METHODS, WorkerError
 
 SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
 
@@ -157,7 +157,7 @@ class AsyncAlgorithm(BaseAlgorithm):
     :param n_workers: worker processes (the paper's actor-learner threads); default: the number of CPU cores
     :param n_envs_per_worker: envs stepped by each worker, their inference batched (1 as in the paper)
     :param backend: ``"mp"``: processes on this machine; ``"ray"``: Ray actors on a Ray cluster (``pip install
-        "sb3-async[ray]"``; see :class:`~sb3_async.common.ray_runtime.RayRuntime`)
+        "sb3-async[ray]"``; see :class:`~sb3_async.common.runtime.ray_backend.RayRuntime`)
     :param backend_kwargs: options of the backend (``"ray"``: ``address``, ``init_kwargs``, ``num_cpus_per_worker``,
         ``workers_per_actor``, ``sync_interval``, ``publish_interval``); default: none
     :param start_method: ``"forkserver"`` (default), ``"spawn"`` or ``"fork"``
@@ -208,7 +208,7 @@ class AsyncAlgorithm(BaseAlgorithm):
             raise TypeError(f"Invalid backend_kwargs={backend_kwargs!r}: expected a dict or None")
         self.backend_kwargs = dict(backend_kwargs or {})
         if backend == "ray":  # say what to install now, not at the first learn()
-            from sb3_async.common.ray_runtime import import_ray
+            from sb3_async.common.runtime.ray_backend import import_ray
 
             import_ray()
         if isinstance(policy, str) and policy not in self.policy_aliases:

@@ -11,7 +11,7 @@
 Engine: each worker process holds several envs when there are more envs than cores (per-message overhead is what
 makes SB3's ``SubprocVecEnv`` slow on cheap envs), writes observations into one anonymous shared mapping (``memfd``:
 nothing is ever named in ``/dev/shm``) and sends rewards, flags and infos through its pipe, one message per command.
-Process handling (parent-death watch, worker errors) comes from :mod:`sb3_async.common.processes`. This module does
+Process handling (parent-death watch, worker errors) comes from :mod:`sb3_async.common.runtime.processes`. This module does
 not import torch, so neither do the env workers.
 """
 
@@ -38,7 +38,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from sb3_async.common.processes import (
+from sb3_async.common.runtime.processes import (
     WorkerError,
     _report_and_exit,
     _stop_processes,

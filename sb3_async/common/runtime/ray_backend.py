@@ -1,7 +1,7 @@
 """``backend="ray"``: the same :class:`~sb3_async.common.runtime.WorkerSpec` objects run as Ray actors on a Ray cluster.
 
 Design: one Ray actor (a *host*) per group of workers, placed with Ray's ``SPREAD`` strategy (by default one group
-per node of the cluster). A host runs today's :class:`~sb3_async.common.runtime.MultiprocessingRuntime` on its
+per node of the cluster). A host runs today's :class:`~sb3_async.common.runtime.mp.MultiprocessingRuntime` on its
 workers, so workers on one machine keep sharing memory (Hogwild, Ape-X's parameter copy) exactly as with
 ``backend="mp"``. What shared memory cannot carry between machines, the driver (the process calling ``learn()``)
 carries with one *exchange* call per host in flight at a time:
@@ -17,7 +17,7 @@ carries with one *exchange* call per host in flight at a time:
   and each host adds the other hosts' changes to its own copy at the next exchange.
 
 Failures: a host whose Ray actor or node dies makes :meth:`RayRuntime.poll` raise
-:class:`~sb3_async.common.processes.WorkerError` for each of its workers (A3C and the async Q family stop there);
+:class:`~sb3_async.common.runtime.processes.WorkerError` for each of its workers (A3C and the async Q family stop there);
 :meth:`RayRuntime.restart` starts a dead worker again, in a new host if its host is gone (Ape-X restarts its actors).
 Hosts are named actors in the ``sb3_async`` namespace, owned by the driver: :meth:`RayRuntime.close` kills them
 (an exception or Ctrl-C included), and Ray removes them if the driver dies, so a user's long-lived cluster keeps
@@ -42,8 +42,8 @@ import cloudpickle
 import numpy as np
 import torch
 
-from sb3_async.common.processes import WorkerError, _main_module_importable
-from sb3_async.common.runtime import MultiprocessingRuntime, Runtime, WorkerSpec, restart_seed
+from sb3_async.common.runtime.mp import MultiprocessingRuntime, Runtime, WorkerSpec, restart_seed
+from sb3_async.common.runtime.processes import WorkerError, _main_module_importable
 
 RAY_INSTALL_HINT = 'backend="ray" needs Ray: pip install "sb3-async[ray]"'
 NAMESPACE = "sb3_async"

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reductions for the tensors workers get)
 
-from sb3_async.common.processes import (
+from sb3_async.common.runtime.processes import (
     EXIT_UNGUARDED_MAIN,
     WorkerError,
     _report_and_exit,
@@ -475,14 +475,14 @@ def restart_seed(seed: int, n_workers: int, generation: int) -> int:
 
 def make_runtime(backend: str, start_method: str, backend_kwargs: dict[str, Any] | None = None) -> Runtime:
     """The runtime for ``backend``: ``"mp"`` (:class:`MultiprocessingRuntime`) or ``"ray"``
-    (:class:`~sb3_async.common.ray_runtime.RayRuntime`, its options in ``backend_kwargs``)."""
+    (:class:`~sb3_async.common.runtime.ray_backend.RayRuntime`, its options in ``backend_kwargs``)."""
     backend_kwargs = dict(backend_kwargs or {})
     if backend == "mp":
         if backend_kwargs:
             raise ValueError(f"Invalid backend_kwargs={backend_kwargs!r}: backend='mp' takes none")
         return MultiprocessingRuntime(start_method)
     if backend == "ray":
-        from sb3_async.common.ray_runtime import RayRuntime  # Ray is optional: imported only when asked for
+        from sb3_async.common.runtime.ray_backend import RayRuntime  # Ray is optional: imported only when asked for
 
         return RayRuntime(start_method=start_method, **backend_kwargs)
     raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")
