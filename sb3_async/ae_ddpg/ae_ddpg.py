@@ -36,6 +36,7 @@ from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
 from sb3_async.common.env_pool import FINAL_INFO, FINAL_OBS, AsyncEnvPool
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.pool_vec_env import PoolVecEnv
+from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 
 SelfAEDDPG = TypeVar("SelfAEDDPG", bound="AEDDPG")
 
@@ -59,14 +60,15 @@ def rho_for_n_envs(n_envs: int) -> float:
 
 
 def ddpg_targets(rewards: th.Tensor, dones: th.Tensor, next_q_values: th.Tensor, discounts: th.Tensor | float) -> th.Tensor:
-    """Eq. 3: ``y_i = r_i + gamma Q'(s_{i+1}, mu'(s_{i+1}))``, with no bootstrap past a terminal state.
+    """Eq. 3: ``y_i = r_i + gamma Q'(s_{i+1}, mu'(s_{i+1}))``, with no bootstrap past a terminal state (the replay
+    learners' one target, :func:`~sb3_async.common.returns.bootstrapped_targets`).
 
     :param rewards: ``r_i``
     :param dones: 1 where ``s_{i+1}`` is terminal (time-limit truncations are not: SB3's replay clears them)
     :param next_q_values: ``Q'(s_{i+1}, mu'(s_{i+1}))`` from the target networks
     :param discounts: ``gamma`` (or the n-step discounts a replay returns)
     """
-    return rewards + (1.0 - dones) * discounts * next_q_values
+    return bootstrapped_targets(rewards, dones, next_q_values, discounts)
 
 
 def weighted_critic_loss(q_values: th.Tensor, targets: th.Tensor, weights: th.Tensor) -> th.Tensor:
@@ -78,7 +80,7 @@ def weighted_critic_loss(q_values: th.Tensor, targets: th.Tensor, weights: th.Te
     :param targets: ``y_i`` (eq. 3)
     :param weights: ``w_i``, max-normalised
     """
-    return (weights * (targets - q_values).pow(2)).mean()
+    return weighted_squared_loss(targets - q_values, weights, scale=1.0)
 
 
 class EpisodeCaches:

@@ -15,6 +15,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
+
+__all__ = ["bootstrapped_targets", "weighted_squared_loss"]  # the replay learners' target and loss, written once
+
 
 def apex_epsilons(n_actors: int, base: float = 0.4, alpha: float = 7.0) -> np.ndarray:
     """The fixed ε of each Ape-X DQN actor: ``ε_i = base^(1 + alpha i / (N - 1))`` (Ape-X §4.1: ε = 0.4, α = 7);
@@ -95,25 +99,6 @@ def stack_transitions(items: list[tuple[Any, Any, float, bool, Any]]) -> NStepTr
     )
 
 
-def bootstrapped_targets(
-    returns: torch.Tensor, dones: torch.Tensor, next_values: torch.Tensor, discount: float
-) -> torch.Tensor:
-    """The n-step target ``G_t + γ^n (1 - d_t) v(s_{t+n})`` of Ape-X §3.1 (DQN) and §3.2 (DPG).
-
-    :param returns: ``G_t``
-    :param dones: 1 where the episode ended within the n steps
-    :param next_values: ``v(s_{t+n})``: ``q(s_{t+n}, argmax_a q(s_{t+n}, a, θ), θ⁻)`` (DQN),
-        ``q(s_{t+n}, π(s_{t+n}, ψ⁻), φ⁻)`` (DPG)
-    :param discount: ``γ^n``
-    """
-    return returns + discount * (1.0 - dones) * next_values
-
-
 def double_q_values(next_q_online: torch.Tensor, next_q_target: torch.Tensor) -> torch.Tensor:
     """Double Q-learning's bootstrap value ``q(s', argmax_a q(s', a, θ), θ⁻)`` (van Hasselt et al. 2016; Ape-X §3.1)."""
     return next_q_target.gather(1, next_q_online.argmax(dim=1, keepdim=True)).squeeze(1)
-
-
-def weighted_squared_loss(td_errors: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """The importance-weighted loss ``mean_i w_i ½ δ_i²`` (Ape-X §3.1 ``l_t = ½ (G_t - q)²``, weights of Schaul et al.)."""
-    return (weights * 0.5 * td_errors.pow(2)).mean()

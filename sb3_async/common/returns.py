@@ -9,7 +9,15 @@ numbers every few steps, where a torch call costs more than the arithmetic.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeVar
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+#: The replay learners' targets and losses below are plain arithmetic: NumPy arrays and torch tensors alike.
+ArrayOrTensor = TypeVar("ArrayOrTensor", np.ndarray, "torch.Tensor")
 
 
 def nstep_returns(rewards: np.ndarray, dones: np.ndarray, last_values: np.ndarray, gamma: float) -> np.ndarray:
@@ -173,3 +181,27 @@ def nstep_q_targets(rewards: np.ndarray, dones: np.ndarray, last_q_target: np.nd
     if last_q_target.ndim != 2:
         raise ValueError(f"last_q_target must be (n_envs, n_actions), got shape {last_q_target.shape}")
     return nstep_returns(rewards, dones, last_q_target.max(axis=1), gamma)
+
+
+def bootstrapped_targets(
+    returns: ArrayOrTensor, dones: ArrayOrTensor, next_values: ArrayOrTensor, discount: ArrayOrTensor | float
+) -> ArrayOrTensor:
+    """The replay learners' target ``G_t + γ^n (1 - d_t) v(s_{t+n})``: Ape-X §3.1 (DQN) and §3.2 (DPG) with n-step
+    ``G_t``; DDPG's eq. 3 (AE-DDPG) with ``n = 1``, ``G_t = r_t``.
+
+    :param returns: ``G_t`` (``r_t`` for one step)
+    :param dones: 1 where the episode ended within the n steps (no bootstrap)
+    :param next_values: ``v(s_{t+n})`` from the target networks: ``q(s_{t+n}, argmax_a q(s_{t+n}, a, θ), θ⁻)`` (double
+        Q), ``q(s_{t+n}, π(s_{t+n}, ψ⁻), φ⁻)`` (DPG, DDPG)
+    :param discount: ``γ^n`` (or the per-sample discounts an n-step replay returns)
+    """
+    return returns + discount * (1.0 - dones) * next_values
+
+
+def weighted_squared_loss(td_errors: ArrayOrTensor, weights: ArrayOrTensor, scale: float = 0.5) -> ArrayOrTensor:
+    """The importance-weighted loss ``mean_i w_i · scale · δ_i²`` of prioritized replay (Schaul et al. 2016, Alg. 1).
+
+    :param scale: ½ from Ape-X §3.1 (``l_t = ½ (G_t - q)²``); 1 is DDPG's eq. 2 (TD3's ``F.mse_loss`` when all
+        ``w_i = 1``)
+    """
+    return (weights * scale * td_errors**2).mean()
