@@ -26,15 +26,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from gymnasium import spaces
 from stable_baselines3.common.save_util import load_from_pkl, save_to_pkl
 from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
 
 from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transitions
-from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, check_float, check_int
+from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, WorkerPolicyConfig, check_float, check_int
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer
-from sb3_async.common.env_util import EnvRecipe
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec
 from sb3_async.common.runtime.processes import WorkerError
@@ -42,18 +40,9 @@ from sb3_async.common.torch_utils import build_worker_policy
 
 
 @dataclass
-class ApeXActorConfig:
+class ApeXActorConfig(WorkerPolicyConfig):
     """What an Ape-X actor needs."""
 
-    env_recipe: EnvRecipe
-    n_envs: int
-    policy_class: type
-    observation_space: spaces.Space
-    action_space: spaces.Space
-    policy_kwargs: dict[str, Any]
-    lr_schedule: Schedule
-    n_steps: int
-    gamma: float
     block_size: int
     actor_update_interval: int
     max_blocks_in_flight: int
@@ -319,15 +308,7 @@ class ApeXAlgorithm(AsyncAlgorithm):
         specs = []
         for rank in range(self.n_actors):
             cfg = ApeXActorConfig(
-                env_recipe=self._env_recipe,  # type: ignore[arg-type]
-                n_envs=self.n_envs_per_worker,
-                policy_class=self.policy_class,
-                observation_space=self.observation_space,
-                action_space=self.action_space,
-                policy_kwargs=self.policy_kwargs,
-                lr_schedule=self.lr_schedule,
-                n_steps=self.n_steps,
-                gamma=self.gamma,
+                **self._worker_policy_config(self.n_steps, self.gamma),
                 block_size=self.block_size,
                 actor_update_interval=self.actor_update_interval,
                 max_blocks_in_flight=self.max_blocks_in_flight,

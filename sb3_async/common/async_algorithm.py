@@ -17,6 +17,7 @@ import time
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -101,6 +102,22 @@ def _read_obs(buffer: Any) -> Any:
     if isinstance(buffer, dict):
         return {key: _read_obs(value) for key, value in buffer.items()}
     return buffer.numpy().copy()
+
+
+@dataclass
+class WorkerPolicyConfig:
+    """What every worker needs to rebuild its envs and its copy of the policy; each algorithm's worker config adds its
+    own hyperparameters (gradient-sharing workers: ``HogwildWorkerConfig``; Ape-X actors: ``ApeXActorConfig``)."""
+
+    env_recipe: EnvRecipe
+    n_envs: int
+    policy_class: type
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    policy_kwargs: dict[str, Any]
+    lr_schedule: Schedule
+    n_steps: int
+    gamma: float
 
 
 class StatsReporter:
@@ -416,6 +433,20 @@ class AsyncAlgorithm(BaseAlgorithm):
             yield
         finally:
             runtime.resume()
+
+    def _worker_policy_config(self, n_steps: int, gamma: float) -> dict[str, Any]:
+        """The fields of :class:`WorkerPolicyConfig` for this model's workers."""
+        return dict(
+            env_recipe=self._env_recipe,
+            n_envs=self.n_envs_per_worker,
+            policy_class=self.policy_class,
+            observation_space=self.observation_space,
+            action_space=self.action_space,
+            policy_kwargs=self.policy_kwargs,
+            lr_schedule=self.lr_schedule,
+            n_steps=n_steps,
+            gamma=gamma,
+        )
 
     def _iteration_steps(self) -> int:
         return self.n_envs * int(getattr(self, "n_steps", 1))

@@ -20,12 +20,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from gymnasium import spaces
-from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
 
-from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, check_float
-from sb3_async.common.env_util import EnvRecipe
+from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, WorkerPolicyConfig, check_float
 from sb3_async.common.optimizers import OPTIMIZER_NAMES, WorkerOptimizer, _AsyncOptimizer, as_async_optimizer, make_optimizer
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.runtime import WorkerContext
@@ -48,18 +45,9 @@ def stack_steps(items: list[Any]) -> Any:
 
 
 @dataclass
-class HogwildWorkerConfig:
+class HogwildWorkerConfig(WorkerPolicyConfig):
     """What a gradient-sharing worker needs; algorithms subclass it with their own hyperparameters."""
 
-    env_recipe: EnvRecipe
-    n_envs: int
-    policy_class: type
-    observation_space: spaces.Space
-    action_space: spaces.Space
-    policy_kwargs: dict[str, Any]
-    lr_schedule: Schedule
-    n_steps: int
-    gamma: float
     max_grad_norm: float | None
     optimizer: tuple[type[_AsyncOptimizer], dict[str, Any]]
     optimizer_shared: bool
@@ -224,15 +212,7 @@ class HogwildAlgorithm(AsyncAlgorithm):
         """The fields of :class:`HogwildWorkerConfig` for this model."""
         optimizer = as_async_optimizer(self.policy.optimizer)
         return dict(
-            env_recipe=self._env_recipe,
-            n_envs=self.n_envs_per_worker,
-            policy_class=self.policy_class,
-            observation_space=self.observation_space,
-            action_space=self.action_space,
-            policy_kwargs=self.policy_kwargs,
-            lr_schedule=self.lr_schedule,
-            n_steps=n_steps,
-            gamma=gamma,
+            **self._worker_policy_config(n_steps, gamma),
             max_grad_norm=self.max_grad_norm,
             optimizer=(type(optimizer), optimizer.hyperparameters()),
             optimizer_shared=optimizer.shared,
