@@ -33,6 +33,7 @@ import math
 import os
 import time
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -516,6 +517,29 @@ class RayRuntime(Runtime):
         seed = restart_seed(self._run[0], len(self._specs), self._generations[rank])
         self._wait_running([self._start_host([rank], seed)])
 
+    def _our_actor_names(self) -> list[str]:
+        prefix = f"sb3_async-{self._run_id}-"
+        return [
+            actor["name"]
+            for actor in self._ray.util.list_named_actors(all_namespaces=True)
+            if actor.get("namespace") == NAMESPACE and actor["name"].startswith(prefix)
+        ]
+
+    def _wait_actors_gone(self, timeout: float) -> None:
+        """``ray.kill`` only asks: wait until the cluster no longer lists any actor of this run, so that a user's
+        long-lived cluster has none of ours once ``close()`` returns (bounded; a cluster that lags gets a warning)."""
+        deadline = time.monotonic() + timeout
+        left: list[str] = []
+        while time.monotonic() < deadline:
+            try:
+                left = self._our_actor_names()
+            except Exception:  # the cluster went away: nothing of ours can be left in it
+                return
+            if not left:
+                return
+            time.sleep(0.05)
+        warnings.warn(f"Ray still lists actors of this run {timeout} s after they were killed: {left}", stacklevel=3)
+
     def close(self, timeout: float = 5.0) -> None:
         if self._closed:
             return
@@ -534,6 +558,7 @@ class RayRuntime(Runtime):
             for host in self._hosts:
                 with contextlib.suppress(Exception):
                     ray.kill(host.actor, no_restart=True)
+            self._wait_actors_gone(timeout=max(10.0, timeout))
         self._hosts, self._host_of = [], {}
         if self._owns_ray:
             ray.shutdown()
