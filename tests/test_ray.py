@@ -17,7 +17,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from sb3_async import A3C, ApeXDPG, ApeXDQN, AsyncNStepQ, WorkerError
 from sb3_async.common.runtime import make_runtime
 from sb3_async.common.runtime.ray_backend import NAMESPACE, RAY_INSTALL_HINT, entry_tensors, merge_changes
-from tests.test_apex import BestEval, _cartpole_dqn, one_torch_thread  # noqa: F401  (a fixture)
+from tests.test_apex import _cartpole_dqn, _learns_and_returns_the_evaluated_model, one_torch_thread  # noqa: F401  (a fixture)
 from tests.test_learning import StopAtTrainingReturn
 
 FAST_DQN = dict(n_actors=2, learning_starts=64, batch_size=32, block_size=10, seed=0)
@@ -262,8 +262,8 @@ def test_node_removed_mid_run_apex_goes_on(cluster):
 
 
 @pytest.mark.ray
-@pytest.mark.slow
 def test_a3c_learns_cartpole_on_two_nodes(cluster):
+    """The model learn() returns, trained by workers on both nodes, scores >= 475 (18-34 s here: in the default run)."""
     model = A3C(
         "MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=8, learning_rate=1e-3, ent_coef=0.0, seed=0, backend="ray"
     )
@@ -275,8 +275,8 @@ def test_a3c_learns_cartpole_on_two_nodes(cluster):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_apex_dqn_learns_cartpole_on_two_nodes(cluster, one_torch_thread):  # noqa: F811
+    """The zoo configuration of tests/test_apex.py on the cluster: the model learn() returns is the one evaluated >= 475
+    (141-175 s here: slow)."""
     model = _cartpole_dqn(seed=0)
-    model.backend = "ray"  # the zoo configuration of tests/test_apex.py, on the cluster
-    callback = BestEval("CartPole-v1", 5000)
-    model.learn(150_000, callback=callback)
-    assert callback.best >= 475
+    model.backend = "ray"
+    _learns_and_returns_the_evaluated_model(model, "CartPole-v1", 475, 150_000, 5000, margin=25)
