@@ -33,7 +33,7 @@ from stable_baselines3.td3.td3 import TD3
 
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
-from sb3_async.common.env_pool import FINAL_INFO, FINAL_OBS, AsyncEnvPool
+from sb3_async.common.env_pool import BACKENDS, FINAL_INFO, FINAL_OBS, AsyncEnvPool
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.pool_vec_env import PoolVecEnv
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
@@ -142,7 +142,8 @@ def make_pool_vec_env(
     :param env: an env id, a factory, a ``gym.Env`` (copied by pickling), a ``DummyVecEnv`` (its first env copied, as
         many copies as it has envs), an ``AsyncEnvPool`` or its ``as_vec_env()``
     :param n_envs: number of envs; None: 16 (the paper) for ids, factories and envs, the given count for pools/VecEnvs
-    :param pool_kwargs: for :class:`AsyncEnvPool` (``n_workers``, ``start_method``, ``on_error``, ``env_kwargs``)
+    :param pool_kwargs: for :class:`AsyncEnvPool` (``n_workers``, ``start_method``, ``on_error``, ``env_kwargs``,
+        ``backend``, ``backend_kwargs``)
     """
     source: Callable[[], gym.Env] | str | None
     if isinstance(env, AsyncEnvPool):
@@ -221,6 +222,12 @@ class AEDDPG(TD3):
     :param min_ready: envs to wait for at each receive; 1 (default): act on whichever envs are ready (§IV-A)
     :param pool_kwargs: for the :class:`AsyncEnvPool` built from an id, factory or env (``n_workers``, ``start_method``,
         ``on_error``, ``env_kwargs``)
+    :param backend: where the pool built from an id, factory or env steps its envs: ``"mp"`` (default), worker
+        processes on this machine; ``"ray"``, Ray actors anywhere in a Ray cluster (``pip install "sb3-async[ray]"``),
+        the learner and the actor-critic staying in this process (see the pool's ``backend`` and docs/scaling.md). A
+        given pool keeps its own
+    :param backend_kwargs: options of the backend (``"ray"``: ``address``, ``init_kwargs``, ``num_cpus_per_worker``,
+        ``start_timeout``; see :class:`AsyncEnvPool`)
     :param stats_window_size: episodes in the rollout statistics
     :param tensorboard_log: tensorboard log folder
     :param policy_kwargs: for the policy
@@ -255,6 +262,8 @@ class AEDDPG(TD3):
         replay_buffer_kwargs: dict[str, Any] | None = None,
         min_ready: int = 1,
         pool_kwargs: dict[str, Any] | None = None,
+        backend: str = "mp",
+        backend_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -271,6 +280,18 @@ class AEDDPG(TD3):
             raise TypeError(f"Invalid pool_kwargs={pool_kwargs!r}: expected a dict or None")
         if policy_kwargs is not None and not isinstance(policy_kwargs, dict):
             raise TypeError(f"Invalid policy_kwargs={policy_kwargs!r}: expected a dict or None")
+        if backend not in BACKENDS:
+            raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")
+        if backend_kwargs is not None and not isinstance(backend_kwargs, dict):
+            raise TypeError(f"Invalid backend_kwargs={backend_kwargs!r}: expected a dict or None")
+        if backend == "mp" and backend_kwargs:
+            raise ValueError(f"Invalid backend_kwargs={backend_kwargs!r}: backend='mp' takes none")
+        if pool_kwargs and {"backend", "backend_kwargs"} & set(pool_kwargs):
+            raise ValueError("Invalid pool_kwargs: pass backend and backend_kwargs to AEDDPG itself, not in pool_kwargs")
+        if backend == "ray":  # say what to install now, not at the first learn()
+            from sb3_async.common.runtime.ray_env import import_ray
+
+            import_ray()
         if replay_buffer_class is None:
             replay_buffer_class = EpisodicDualReplayBuffer
         if not isinstance(replay_buffer_class, type) or not issubclass(replay_buffer_class, ReplayBuffer):
@@ -278,10 +299,11 @@ class AEDDPG(TD3):
         if isinstance(action_noise, str) and action_noise != "random_walk":
             raise ValueError(f"Invalid action_noise={action_noise!r}: expected 'random_walk', an SB3 ActionNoise or None")
         self.pool_kwargs = dict(pool_kwargs or {})
+        self.backend, self.backend_kwargs = backend, dict(backend_kwargs or {})
         self.min_ready = int(min_ready)
         self.env_source: Callable[[], gym.Env] | str | None = None
         if env is not None:
-            env, self.env_source = make_pool_vec_env(env, None if n_envs is None else int(n_envs), self.pool_kwargs)
+            env, self.env_source = make_pool_vec_env(env, None if n_envs is None else int(n_envs), self._pool_arguments())
             if isinstance(env.observation_space, spaces.Dict):
                 if self.env_source is not None:  # built here: nobody else will close it
                     env.close()
@@ -373,6 +395,12 @@ class AEDDPG(TD3):
             self.replay_buffer.episode_caches = False
         self._caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)
 
+    def _pool_arguments(self) -> dict[str, Any]:
+        """The :class:`AsyncEnvPool` arguments of the pools built here: ``pool_kwargs`` and the backend (a model saved
+        before AEDDPG had a backend loads as ``"mp"``)."""
+        backend = getattr(self, "backend", "mp")
+        return dict(self.pool_kwargs, backend=backend, backend_kwargs=getattr(self, "backend_kwargs", None) or None)
+
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_caches", "_in_flight", "_episode_stats", "_pending", "_buffer_actions"]
 
@@ -380,7 +408,7 @@ class AEDDPG(TD3):
     def set_env(self, env: GymEnv | str | AsyncEnvPool | Callable[[], gym.Env], force_reset: bool = True) -> None:
         """Replace the training envs (an env id, a factory, an env, a ``DummyVecEnv`` or an ``AsyncEnvPool``); the
         number of envs must stay ``n_envs``."""
-        pool_env, source = make_pool_vec_env(env, self.n_envs, self.pool_kwargs)
+        pool_env, source = make_pool_vec_env(env, self.n_envs, self._pool_arguments())
         if source is not None:
             self.env_source = source
         super().set_env(pool_env, force_reset=force_reset)

@@ -13,6 +13,11 @@ makes SB3's ``SubprocVecEnv`` slow on cheap envs), writes observations into one 
 nothing is ever named in ``/dev/shm``) and sends rewards, flags and infos through its pipe, one message per command.
 Process handling (parent-death watch, worker errors) comes from :mod:`sb3_async.common.runtime.processes`. This module does
 not import torch, so neither do the env workers.
+
+``backend="ray"``: each group of envs lives in a Ray actor instead of a process, anywhere in a Ray cluster
+(:mod:`sb3_async.common.runtime.ray_env`): the same ``_Worker`` serves the same commands, the observations come back
+in the replies and are written into this process' slots as each reply is read, so everything above the transport
+(ids, ``send``/``recv`` order, autoreset, errors and restarts) is the same code for both engines.
 """
 
 from __future__ import annotations
@@ -49,9 +54,12 @@ from sb3_async.common.runtime.processes import (
 
 if TYPE_CHECKING:
     from sb3_async.common.pool_vec_env import PoolVecEnv
+    from sb3_async.common.runtime.ray_env import RayEnvHosts
 
 EnvFactory = Callable[[], gym.Env]
 ON_ERROR = ("raise", "restart")
+#: Where the envs run: worker processes on this machine, or Ray actors on a Ray cluster (the algorithms' backends).
+BACKENDS = ("mp", "ray")
 #: Keys the same-step autoreset adds to an ended env's info (gymnasium 1.x's names for its same-step vector mode).
 FINAL_OBS, FINAL_INFO = "final_obs", "final_info"
 
@@ -128,7 +136,8 @@ class SharedObs:
             for (key, shape, dtype), offset in zip(self.leaves, offsets)
         }
 
-    def write(self, index: int, obs: Any) -> None:
+    def write(self, index: int | Sequence[int], obs: Any) -> None:
+        """Write ``obs`` into slot ``index`` (or a batch of observations into the slots ``index``)."""
         for key, array in self.arrays.items():
             array[index] = obs if key is None else obs[key]
 
@@ -343,11 +352,21 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-def _shutdown(procs: list[Any], conns: list[Connection], pending: list[deque], obs: list[SharedObs], timeout: float) -> None:
-    """Stop the workers (idle ones politely, busy ones with SIGTERM, then SIGKILL) and release pipes and shared memory.
+def _shutdown(
+    procs: list[Any],
+    conns: list[Connection],
+    pending: list[deque],
+    obs: list[SharedObs],
+    timeout: float,
+    hosts: RayEnvHosts | None = None,
+) -> None:
+    """Stop the workers (idle ones politely, busy ones with SIGTERM, then SIGKILL; Ray hosts: see
+    :meth:`RayEnvHosts.close`) and release pipes and shared memory.
 
     A function of its arguments only, so that a ``weakref.finalize`` can run it after the pool is garbage collected.
     """
+    if hosts is not None:
+        hosts.close(timeout)
     for proc, conn, busy in zip(procs, conns, pending):
         if proc is None or not proc.is_alive():
             continue
@@ -393,6 +412,13 @@ class AsyncEnvPool:
         :class:`EnvError` naming it, with its traceback, the other envs unharmed; ``"restart"``: the env is rebuilt
         (its process respawned if it died) and its episode reported truncated, the error in ``infos[id]["error"]``
     :param start_method: ``"forkserver"`` (default, as SB3's ``SubprocVecEnv``), ``"spawn"`` or ``"fork"``
+    :param backend: ``"mp"`` (default): worker processes on this machine; ``"ray"``: each worker is a Ray actor (an
+        env host) placed anywhere in a Ray cluster (``pip install "sb3-async[ray]"``), ``n_workers`` of them (at least
+        1), spread over the nodes; observations travel in the replies instead of shared memory. A host that dies
+        (killed actor, lost node) is reported as a dead worker process is (or started again, ``on_error="restart"``)
+    :param backend_kwargs: ``backend="ray"``: ``address`` (default ``RAY_ADDRESS``, else a Ray initialized in this
+        process, else a local Ray started for the pool and shut down at :meth:`close`), ``init_kwargs`` (for
+        ``ray.init``), ``num_cpus_per_worker`` (Ray CPUs per host, 1) and ``start_timeout`` (seconds, 300)
     """
 
     metadata: dict[str, Any]
@@ -407,6 +433,8 @@ class AsyncEnvPool:
         autoreset: bool = True,
         on_error: str = "raise",
         start_method: str = "forkserver",
+        backend: str = "mp",
+        backend_kwargs: dict[str, Any] | None = None,
     ):
         if n_envs is not None:
             n_envs = _check_int("n_envs", n_envs, 1)
@@ -425,6 +453,15 @@ class AsyncEnvPool:
             raise TypeError(f"autoreset must be a bool, got {autoreset!r}")
         self.autoreset, self.on_error, self.start_method = autoreset, on_error, start_method
         self._ctx: Any = process_context(start_method)
+        if backend not in BACKENDS:
+            raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")
+        if backend_kwargs is not None and not isinstance(backend_kwargs, dict):
+            raise TypeError(f"Invalid backend_kwargs={backend_kwargs!r}: expected a dict or None")
+        if backend == "mp" and backend_kwargs:
+            raise ValueError(f"Invalid backend_kwargs={backend_kwargs!r}: backend='mp' takes none")
+        if backend == "ray" and self.n_workers == 0:
+            raise ValueError("Invalid n_workers=0 with backend='ray': the envs run in Ray actors, at least 1")
+        self.backend = backend
 
         self.possible_agents: list[int] = list(range(self.n_envs))
         self.agents: list[int] = list(self.possible_agents)
@@ -444,8 +481,15 @@ class AsyncEnvPool:
         self._lost: dict[int, str] = {}  # env id -> why its worker was respawned (reported at its next step)
         self._seq = 0
         self._closed = False
+        self._hosts: RayEnvHosts | None = None
+        if backend == "ray":  # connects to Ray (or starts a local one) now; ImportError with the hint without Ray
+            from sb3_async.common.runtime.ray_env import RayEnvHosts
+
+            self._hosts = RayEnvHosts(self.n_workers, **(backend_kwargs or {}))
         # Runs at close(), at garbage collection or at exit, whichever comes first; holds no reference to the pool.
-        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._conns, self._pending, self._obs_list, 5.0)
+        self._finalizer = weakref.finalize(
+            self, _shutdown, self._procs, self._conns, self._pending, self._obs_list, 5.0, self._hosts
+        )
         try:
             if self.n_workers == 0:
                 self._local = _Worker(self.possible_agents, self._factories, autoreset, on_error)
@@ -466,8 +510,11 @@ class AsyncEnvPool:
     # ---------------------------------------------------------------- processes
     def _spawn(self, w: int) -> None:
         ids = self._worker_ids[w]
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)  # duplex: a Unix socket, which can carry the fd
         blob = cloudpickle.dumps([self._factories[i] for i in ids])
+        if self._hosts is not None:
+            self._hosts.start(w, ids, blob, self.autoreset, self.on_error)
+            return
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)  # duplex: a Unix socket, which can carry the fd
         proc = start_process(
             self._ctx,
             _worker_main,
@@ -495,8 +542,18 @@ class AsyncEnvPool:
         return self._obs
 
     def _share(self, w: int) -> None:
+        if self._hosts is not None:
+            self._hosts.share(w, self._obs, self._worker_ids[w])
+            return
         reduction.send_handle(self._conns[w], self._obs.fd, self._procs[w].pid)
         self._conns[w].send(self.n_envs)
+
+    def _send_to(self, w: int, message: tuple[str, Any]) -> None:
+        """Send ``message`` to worker ``w`` (``OSError`` if its pipe is broken; a Ray host's death shows in its reply)."""
+        if self._hosts is not None:
+            self._hosts.send(w, message)
+        else:
+            self._conns[w].send(message)
 
     def _worker_name(self, w: int) -> str:
         ids = self._worker_ids[w]
@@ -504,6 +561,13 @@ class AsyncEnvPool:
 
     def _receive(self, w: int, timeout: float | None) -> tuple[str, Any]:
         """The next message of worker ``w``; raises :class:`WorkerError` if it died (seen within a second or less)."""
+        if self._hosts is not None:
+            kind, data = self._hosts.receive(w, timeout)
+            if kind == "fatal":
+                self._worker_died(w, data)
+            elif kind == "died":
+                self._worker_died(w, None, lost=data)
+            return kind, data
         conn, proc = self._conns[w], self._procs[w]
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -524,10 +588,14 @@ class AsyncEnvPool:
                 self._worker_died(w, data)
             return kind, data
 
-    def _worker_died(self, w: int, worker_traceback: str | None) -> None:
+    def _worker_died(self, w: int, worker_traceback: str | None, lost: str | None = None) -> None:
+        """Worker ``w`` raised (``worker_traceback``) or died (a process; a Ray host: ``lost`` says how): respawn it
+        (``on_error="restart"``, a death only) and raise :class:`_Respawned`, or mark it dead and raise its error."""
         proc = self._procs[w]
-        proc.join(timeout=1.0)
-        error = WorkerError(w, self._worker_name(w), proc.exitcode, worker_traceback)
+        if proc is not None:
+            proc.join(timeout=1.0)
+        exitcode = None if proc is None else proc.exitcode
+        error = WorkerError(w, self._worker_name(w), exitcode, worker_traceback or lost)
         if self.on_error == "restart" and worker_traceback is None and not self._closed:
             self._respawn(w, str(error))
             raise _Respawned
@@ -540,8 +608,11 @@ class AsyncEnvPool:
     def _respawn(self, w: int, why: str) -> None:
         """Rebuild worker ``w``: each of its envs reports its episode truncated at its next step (or now, if one was
         in flight)."""
-        self._procs[w].close()
-        self._conns[w].close()
+        if self._hosts is not None:
+            self._hosts.kill(w)
+        else:
+            self._procs[w].close()
+            self._conns[w].close()
         self._spawn(w)
         self._handshake(w)
         self._share(w)
@@ -552,7 +623,7 @@ class AsyncEnvPool:
             self._lost[i] = why
         if in_flight:
             seq = self._in_flight[in_flight[0]]
-            self._conns[w].send(("step", [(i, None, self._lost.pop(i)) for i in in_flight]))
+            self._send_to(w, ("step", [(i, None, self._lost.pop(i)) for i in in_flight]))
             self._pending[w].append(("step", seq))
 
     def _check_open(self) -> None:
@@ -742,13 +813,23 @@ class AsyncEnvPool:
             if not busy:
                 break
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = wait([self._conns[w] for w in busy] + [self._procs[w].sentinel for w in busy], timeout=left)
-            if not ready:
+            if self._hosts is not None:
+                answered = self._hosts.ready(busy, left)
+            else:
+                ready = wait([self._conns[w] for w in busy] + [self._procs[w].sentinel for w in busy], timeout=left)
+                answered = [w for w in busy if self._conns[w] in ready or self._procs[w].sentinel in ready]
+            if not answered:
                 raise TimeoutError(f"Fewer than {count} envs finished their step within {timeout} s (kept for later)")
-            for w in busy:
-                if self._conns[w] in ready or self._procs[w].sentinel in ready:
+            for w in answered:
+                self._read_step(w)
+        if not only and self._hosts is not None:  # whatever else is ready costs nothing to return now
+            while busy := [w for w in range(len(self._pending)) if self._pending[w] and w not in self._dead]:
+                answered = self._hosts.ready(busy, 0.0)
+                if not answered:
+                    break
+                for w in answered:
                     self._read_step(w)
-        if not only:  # whatever else is ready costs nothing to return now
+        elif not only:
             for w in range(len(self._pending)):
                 while self._pending[w] and w not in self._dead and self._conns[w].poll():
                     self._read_step(w)
@@ -832,12 +913,12 @@ class AsyncEnvPool:
                 self._read_step(w)
             if self._post(w, message):
                 return
-        raise WorkerError(w, self._worker_name(w), self._procs[w].exitcode, None)
+        raise WorkerError(w, self._worker_name(w), getattr(self._procs[w], "exitcode", None), None)
 
     def _post(self, w: int, message: tuple[str, Any]) -> bool:
         """Send ``message`` to worker ``w``; False if it had died and was respawned (``on_error="restart"``)."""
         try:
-            self._conns[w].send(message)
+            self._send_to(w, message)
             return True
         except OSError:  # a broken pipe: the worker died
             try:
@@ -911,7 +992,7 @@ class AsyncEnvPool:
         if self._local is not None:
             for env in self._local.envs.values():
                 env.close()
-        _shutdown(self._procs, self._conns, self._pending, self._obs_list, timeout)
+        _shutdown(self._procs, self._conns, self._pending, self._obs_list, timeout, self._hosts)
 
     def __enter__(self) -> AsyncEnvPool:
         return self
@@ -920,7 +1001,10 @@ class AsyncEnvPool:
         self.close()
 
     def __repr__(self) -> str:
-        return f"AsyncEnvPool(n_envs={self.n_envs}, n_workers={self.n_workers}, autoreset={self.autoreset})"
+        return (
+            f"AsyncEnvPool(n_envs={self.n_envs}, n_workers={self.n_workers}, autoreset={self.autoreset},"
+            f" backend={self.backend!r})"
+        )
 
 
 class _Respawned(Exception):

@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 import uuid
-import warnings
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,19 +43,18 @@ import torch
 
 from sb3_async.common.runtime.mp import MultiprocessingRuntime, Runtime, WorkerSpec, restart_seed
 from sb3_async.common.runtime.processes import WorkerError, _main_module_importable
+from sb3_async.common.runtime.ray_env import (  # the connect / release rules, shared with the env pool's Ray hosts
+    NAMESPACE,
+    RAY_INSTALL_HINT,
+    connect_ray,
+    import_ray,
+    our_actor_names,
+    release_ray,
+)
 
-RAY_INSTALL_HINT = 'backend="ray" needs Ray: pip install "sb3-async[ray]"'
-NAMESPACE = "sb3_async"
+__all__ = ["NAMESPACE", "RAY_INSTALL_HINT", "RayHost", "RayRuntime", "entry_tensors", "import_ray", "merge_changes"]
+
 _SMALL_ENTRY_BYTES = 65536
-
-
-def import_ray() -> Any:
-    """The ``ray`` module, or an ``ImportError`` saying what to install."""
-    try:
-        import ray
-    except ImportError as error:
-        raise ImportError(RAY_INSTALL_HINT) from error
-    return ray
 
 
 def entry_tensors(entry: Any) -> list[torch.Tensor]:
@@ -284,19 +281,7 @@ class RayRuntime(Runtime):
     # --- cluster -----------------------------------------------------------------------------------------------------
 
     def _connect(self, n_workers: int) -> None:
-        ray = self._ray
-        if ray.is_initialized():
-            return  # the user's Ray: never shut down by us
-        address = self.address or os.environ.get("RAY_ADDRESS")
-        kwargs = dict(self.init_kwargs)
-        if address:
-            kwargs["address"] = address
-        else:
-            kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, math.ceil(n_workers * self.num_cpus_per_worker)))
-            kwargs.setdefault("include_dashboard", False)  # nothing listening that runs code (ShadowRay, DESIGN §5)
-        kwargs.setdefault("log_to_driver", True)
-        ray.init(**kwargs)
-        self._owns_ray = True
+        self._owns_ray = connect_ray(self._ray, self.address, self.init_kwargs, n_workers * self.num_cpus_per_worker)
 
     def _groups(self, n_workers: int) -> list[list[int]]:
         per_actor = self.workers_per_actor
@@ -518,27 +503,7 @@ class RayRuntime(Runtime):
         self._wait_running([self._start_host([rank], seed)])
 
     def _our_actor_names(self) -> list[str]:
-        prefix = f"sb3_async-{self._run_id}-"
-        return [
-            actor["name"]
-            for actor in self._ray.util.list_named_actors(all_namespaces=True)
-            if actor.get("namespace") == NAMESPACE and actor["name"].startswith(prefix)
-        ]
-
-    def _wait_actors_gone(self, timeout: float) -> None:
-        """``ray.kill`` only asks: wait until the cluster no longer lists any actor of this run, so that a user's
-        long-lived cluster has none of ours once ``close()`` returns (bounded; a cluster that lags gets a warning)."""
-        deadline = time.monotonic() + timeout
-        left: list[str] = []
-        while time.monotonic() < deadline:
-            try:
-                left = self._our_actor_names()
-            except Exception:  # the cluster went away: nothing of ours can be left in it
-                return
-            if not left:
-                return
-            time.sleep(0.05)
-        warnings.warn(f"Ray still lists actors of this run {timeout} s after they were killed: {left}", stacklevel=3)
+        return our_actor_names(self._ray, f"sb3_async-{self._run_id}-")
 
     def close(self, timeout: float = 5.0) -> None:
         if self._closed:
@@ -555,10 +520,6 @@ class RayRuntime(Runtime):
             closing = [host.actor.close.remote() for host in self._hosts if host.alive]
             with contextlib.suppress(Exception):
                 ray.wait(closing, num_returns=len(closing), timeout=max(1.0, deadline - time.monotonic()))
-            for host in self._hosts:
-                with contextlib.suppress(Exception):
-                    ray.kill(host.actor, no_restart=True)
-            self._wait_actors_gone(timeout=max(10.0, timeout))
+        actors = [host.actor for host in self._hosts]
+        release_ray(ray, actors, f"sb3_async-{self._run_id}-", self._owns_ray, timeout=max(10.0, timeout))
         self._hosts, self._host_of = [], {}
-        if self._owns_ray:
-            ray.shutdown()

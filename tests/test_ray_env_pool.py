@@ -1,0 +1,306 @@
+"""``AsyncEnvPool(backend="ray")`` and ``AEDDPG(backend="ray")``: env hosts as Ray actors on a real two-node Ray cluster
+on this machine (``ray.cluster_utils.Cluster``): hosts on both nodes, the transitions of ``backend="mp"``, ready envs
+first, a killed host reported or restarted, AE-DDPG learning with its envs on the cluster, and nothing of ours left in
+the user's Ray. Ray tests start clusters: run this file alone."""
+
+import os
+import subprocess
+import sys
+import time
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from sb3_async import AEDDPG, AsyncEnvPool, WorkerError
+from sb3_async.common.env_pool import EnvError
+from sb3_async.common.runtime.ray_env import NAMESPACE, RAY_INSTALL_HINT
+
+# The helpers below travel to the env hosts by value, so the hosts never import this module (nor torch through it).
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+pytestmark = pytest.mark.ray
+
+
+class SleepyEnv(gym.Wrapper):
+    """Sleeps ``delay`` seconds per step."""
+
+    def __init__(self, env: gym.Env, delay: float):
+        super().__init__(env)
+        self.delay = delay
+
+    def step(self, action):
+        time.sleep(self.delay)
+        return self.env.step(action)
+
+
+class Probe(gym.Wrapper):
+    """Tells where it runs and what its process imported."""
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def torch_loaded(self) -> bool:
+        return "torch" in sys.modules
+
+
+class FailingEnv(gym.Wrapper):
+    """Raises in its ``fail_at``-th step."""
+
+    def __init__(self, env: gym.Env, fail_at: int):
+        super().__init__(env)
+        self.fail_at, self.count = fail_at, 0
+
+    def step(self, action):
+        self.count += 1
+        if self.count == self.fail_at:
+            raise RuntimeError("boom in step")
+        return self.env.step(action)
+
+
+def broken_factory():
+    raise RuntimeError("no env here")
+
+
+def probed_cartpole(max_episode_steps: int | None = None):
+    return lambda: Probe(gym.make("CartPole-v1", max_episode_steps=max_episode_steps))
+
+
+def _our_actors(ray) -> list[str]:
+    return [actor["name"] for actor in ray.util.list_named_actors(all_namespaces=True) if actor["namespace"] == NAMESPACE]
+
+
+def _kill(ray, actor) -> None:
+    """Kill a Ray actor and wait until it is dead (``ray.kill`` only asks: a call made just after could still run)."""
+    ray.kill(actor)
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.node_id.remote(), timeout=30.0)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the killed actor still answers")
+
+
+def _nothing_of_ours_left(ray) -> None:
+    assert _our_actors(ray) == []
+    assert ray.is_initialized()  # the user's Ray is left running
+
+
+# --- without a cluster ------------------------------------------------------------------------------------------------
+
+
+def test_missing_ray_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    with pytest.raises(ImportError, match="sb3-async\\[ray\\]") as info:
+        AsyncEnvPool("CartPole-v1", n_envs=2, backend="ray")
+    assert RAY_INSTALL_HINT in str(info.value)
+    with pytest.raises(ImportError, match="sb3-async\\[ray\\]"):
+        AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=2, backend="ray")  # at construction, not at the first learn()
+
+
+def test_backend_arguments_are_checked():
+    with pytest.raises(ValueError, match="backend='rai'"):
+        AsyncEnvPool("CartPole-v1", n_envs=2, backend="rai")
+    with pytest.raises(TypeError, match="backend_kwargs"):
+        AsyncEnvPool("CartPole-v1", n_envs=2, backend="ray", backend_kwargs="auto")
+    with pytest.raises(ValueError, match="backend='mp' takes none"):
+        AsyncEnvPool("CartPole-v1", n_envs=2, backend_kwargs={"address": "auto"})
+    with pytest.raises(ValueError, match="n_workers=0"):
+        AsyncEnvPool("CartPole-v1", n_envs=2, n_workers=0, backend="ray")
+    with pytest.raises(ValueError, match="backend='rai'"):
+        AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=2, backend="rai")
+    with pytest.raises(TypeError, match="backend_kwargs"):
+        AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=2, backend="ray", backend_kwargs=["auto"])
+    with pytest.raises(ValueError, match="pool_kwargs"):
+        AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=2, pool_kwargs={"backend": "ray"})
+    pytest.importorskip("ray")
+    with pytest.raises(TypeError, match="unexpected keyword"):  # checked before connecting to anything
+        AsyncEnvPool("CartPole-v1", n_envs=2, backend="ray", backend_kwargs={"adress": "auto"})
+    with pytest.raises(ValueError, match="num_cpus_per_worker=-1"):
+        AsyncEnvPool("CartPole-v1", n_envs=2, backend="ray", backend_kwargs={"num_cpus_per_worker": -1})
+
+
+# --- on a two-node cluster --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A real two-node Ray cluster on this machine, started by "the user" (us here): never shut down by sb3_async."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    cluster.add_node(num_cpus=2)
+    ray.init(address=cluster.address)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def test_hosts_run_on_both_nodes_and_give_the_transitions_of_mp(cluster):
+    import ray
+
+    factories = [probed_cartpole(max_episode_steps=25)] * 4
+    ray_env = AsyncEnvPool(factories, n_workers=2, backend="ray").as_vec_env()
+    mp_env = AsyncEnvPool(factories, n_workers=2).as_vec_env()
+    try:
+        assert len(set(ray_env.pool._hosts.node_ids())) == 2  # SPREAD: one host per node
+        assert not any(ray_env.env_method("torch_loaded"))  # the env hosts stay torch-free
+        assert len(set(ray_env.env_method("pid"))) == 2 and os.getpid() not in ray_env.env_method("pid")
+        ray_env.seed(3)
+        mp_env.seed(3)
+        np.testing.assert_array_equal(ray_env.reset(), mp_env.reset())
+        rng = np.random.default_rng(0)
+        ends = 0
+        for _ in range(300):
+            actions = rng.integers(0, 2, size=4)
+            ray_obs, ray_rewards, ray_dones, ray_infos = ray_env.step(actions)
+            mp_obs, mp_rewards, mp_dones, mp_infos = mp_env.step(actions)
+            np.testing.assert_array_equal(ray_obs, mp_obs)
+            np.testing.assert_array_equal(ray_rewards, mp_rewards)
+            np.testing.assert_array_equal(ray_dones, mp_dones)
+            for ray_info, mp_info in zip(ray_infos, mp_infos):
+                assert ray_info.keys() == mp_info.keys()
+                if "terminal_observation" in mp_info:
+                    np.testing.assert_array_equal(ray_info["terminal_observation"], mp_info["terminal_observation"])
+                    assert ray_info["TimeLimit.truncated"] == mp_info["TimeLimit.truncated"]
+            ends += int(mp_dones.sum())
+        assert ends >= 20  # autoresets happened (25-step episodes at most)
+    finally:
+        ray_env.close()
+        mp_env.close()
+    _nothing_of_ours_left(ray)
+
+
+def test_recv_returns_the_ready_envs_first_and_oldest_first(cluster):
+    import ray
+
+    factories = [lambda: SleepyEnv(gym.make("CartPole-v1"), 1.0)] + [lambda: SleepyEnv(gym.make("CartPole-v1"), 0.0)] * 3
+    with AsyncEnvPool(factories, n_workers=4, backend="ray") as pool:
+        pool.reset(seed=0)
+        start = time.monotonic()
+        assert pool.send({0: 0, 1: 0, 2: 0, 3: 0}) == [0, 1, 2, 3]
+        assert time.monotonic() - start < 0.5  # send returns at once
+        obs, *_ = pool.recv(min_ready=3)
+        assert sorted(obs) == [1, 2, 3]  # env 0 is still sleeping
+        assert time.monotonic() - start < 0.9
+        pool.send({2: 0})
+        pool.send({1: 0})
+        time.sleep(0.2)
+        obs, *_ = pool.recv(min_ready=2)
+        assert list(obs)[:2] == [2, 1]  # sent first, returned first
+        with pytest.raises(TimeoutError):
+            pool.recv(min_ready=1, timeout=0.01)
+        obs, rewards, *_ = pool.recv(min_ready=1, timeout=5.0)
+        assert list(obs) == [0] and rewards[0] == 1.0 and obs[0].shape == (4,)
+    _nothing_of_ours_left(ray)
+
+
+def test_env_errors_and_factory_errors_are_reported_as_with_mp(cluster):
+    import ray
+
+    factories = [probed_cartpole(), lambda: FailingEnv(gym.make("CartPole-v1"), 2), probed_cartpole()]
+    with AsyncEnvPool(factories, n_workers=2, backend="ray") as pool:
+        pool.reset(seed=0)
+        pool.step({0: 0, 1: 0, 2: 0})
+        pool.send({0: 0, 1: 0, 2: 0})
+        with pytest.raises(EnvError, match="(?s)Env 1 of the AsyncEnvPool raised in step.*boom in step") as info:
+            pool.recv(min_ready=3)
+        assert info.value.env_id == 1
+        obs, *_ = pool.recv(min_ready=2)  # the others' results are kept
+        assert sorted(obs) == [0, 2]
+    with pytest.raises(WorkerError, match="(?s)env pool worker of env 1.*no env here"):
+        AsyncEnvPool([probed_cartpole(), broken_factory], n_workers=2, backend="ray")
+    _nothing_of_ours_left(ray)
+
+
+def test_a_killed_host_is_reported_naming_its_envs(cluster):
+    import ray
+
+    pool = AsyncEnvPool(lambda: SleepyEnv(gym.make("CartPole-v1"), 30.0), n_envs=4, n_workers=2, backend="ray")
+    try:
+        pool.reset(seed=0)
+        pool.send({0: 0, 1: 0, 2: 0, 3: 0})
+        ray.kill(pool._hosts._actors[1])
+        with pytest.raises(WorkerError, match="envs 2..3") as info:
+            pool.recv(min_ready=2)
+        assert "RayActorError" in str(info.value) or "ActorDiedError" in str(info.value)
+        with pytest.raises(WorkerError, match="envs 2..3"):
+            pool.send({2: 0})
+    finally:
+        start = time.monotonic()
+        pool.close()  # host 0 is mid-step (30 s): killed, not waited for
+        assert time.monotonic() - start < 15.0
+    _nothing_of_ours_left(ray)
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_restart_starts_a_killed_host_again(cluster, victim):
+    import ray
+
+    other = 1 - victim
+    with AsyncEnvPool(probed_cartpole(), n_envs=2, n_workers=2, on_error="restart", backend="ray") as pool:
+        pool.reset(seed=0)
+        before, *_ = pool.step({0: 0, 1: 0})
+        old_pid = pool.call("pid", ids=[victim])[0]
+        _kill(ray, pool._hosts._actors[victim])
+        obs, _, terminations, truncations, infos = pool.step({0: 0, 1: 0})
+        assert truncations[victim] and not terminations[victim] and "was lost" in infos[victim]["error"]
+        np.testing.assert_array_equal(infos[victim]["final_obs"], before[victim])
+        assert not truncations[other]
+        assert pool.call("pid", ids=[victim])[0] != old_pid
+        for _ in range(5):
+            obs, _, _, truncations, infos = pool.step({0: 0, 1: 0})
+        assert not truncations[victim] and "error" not in infos[victim]
+        assert obs[victim].shape == (4,) and pool.reset(seed=1)[0][victim].shape == (4,)
+    _nothing_of_ours_left(ray)
+
+
+def test_ae_ddpg_learns_with_its_envs_on_the_cluster(cluster, tmp_path):
+    import ray
+
+    model = AEDDPG(
+        "MlpPolicy",
+        "Pendulum-v1",
+        n_envs=4,
+        backend="ray",
+        learning_starts=100,
+        batch_size=64,
+        train_freq=16,  # one gradient step per 16 transitions: this test is about the envs, not about learning speed
+        gradient_steps=1,
+        policy_kwargs=dict(net_arch=[64, 64]),
+        seed=0,
+    )
+    try:
+        assert model.env is not None and model.env.pool.backend == "ray"
+        assert len(set(model.env.pool._hosts.node_ids())) == 2
+        before = [param.detach().clone() for param in model.policy.parameters()]
+        model.learn(2000)
+        assert model.num_timesteps >= 2000 and len(model.ep_info_buffer) >= 4  # 200-step episodes ended on every env
+        assert any(not torch.equal(a, b) for a, b in zip(before, model.policy.parameters()))
+        model.save(tmp_path / "model.zip")
+    finally:
+        if model.env is not None:
+            model.env.close()
+    _nothing_of_ours_left(ray)
+    n_actors = len(ray.util.list_named_actors(all_namespaces=True))
+    loaded = AEDDPG.load(tmp_path / "model.zip")
+    assert loaded.backend == "ray" and loaded.backend_kwargs == {} and loaded.env is None
+    obs = np.random.default_rng(0).uniform(-1.0, 1.0, size=(8, 3)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
+    assert len(ray.util.list_named_actors(all_namespaces=True)) == n_actors  # load + predict started nothing
+    # ... nor imported Ray, in a process of its own
+    code = (
+        "import sys, numpy as np; from sb3_async import AEDDPG;"
+        f"AEDDPG.load({str(tmp_path / 'model.zip')!r}).predict(np.zeros(3, dtype=np.float32));"
+        "print('ray' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == "False"
