@@ -17,6 +17,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from sb3_async import A3C, ApeXDPG, ApeXDQN, AsyncNStepQ, WorkerError
 from sb3_async.common.runtime import make_runtime
 from sb3_async.common.runtime.ray_backend import NAMESPACE, RAY_INSTALL_HINT, entry_tensors, merge_changes
+from tests.conftest import two_node_cluster
 from tests.test_apex import _cartpole_dqn, _learns_and_returns_the_evaluated_model, one_torch_thread  # noqa: F401  (a fixture)
 from tests.test_learning import StopAtTrainingReturn
 
@@ -105,18 +106,9 @@ def test_local_ray_is_started_and_shut_down():
 
 @pytest.fixture(scope="module")
 def cluster():
-    """A real two-node Ray cluster on this machine, started by "the user" (us here): never shut down by sb3_async."""
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-    cluster.add_node(num_cpus=2)
-    ray.init(address=cluster.address)
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    """A fresh two-node cluster per test (some tests add or remove nodes)."""
+    with two_node_cluster() as started:
+        yield started
 
 
 class OnSteps(BaseCallback):

@@ -17,6 +17,8 @@ import torch
 from sb3_async import AEDDPG, AsyncEnvPool, WorkerError
 from sb3_async.common.env_pool import EnvError
 from sb3_async.common.runtime.ray_env import NAMESPACE, RAY_INSTALL_HINT
+from tests.conftest import two_node_cluster
+from tests.test_env_pool import FailingEnv
 
 # The helpers below travel to the env hosts by value, so the hosts never import this module (nor torch through it).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -44,20 +46,6 @@ class Probe(gym.Wrapper):
 
     def torch_loaded(self) -> bool:
         return "torch" in sys.modules
-
-
-class FailingEnv(gym.Wrapper):
-    """Raises in its ``fail_at``-th step."""
-
-    def __init__(self, env: gym.Env, fail_at: int):
-        super().__init__(env)
-        self.fail_at, self.count = fail_at, 0
-
-    def step(self, action):
-        self.count += 1
-        if self.count == self.fail_at:
-            raise RuntimeError("boom in step")
-        return self.env.step(action)
 
 
 def broken_factory():
@@ -129,18 +117,9 @@ def test_backend_arguments_are_checked():
 
 @pytest.fixture(scope="module")
 def cluster():
-    """A real two-node Ray cluster on this machine, started by "the user" (us here): never shut down by sb3_async."""
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-    cluster.add_node(num_cpus=2)
-    ray.init(address=cluster.address)
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    """One two-node cluster for the module (these tests add and remove no node)."""
+    with two_node_cluster() as started:
+        yield started
 
 
 def test_hosts_run_on_both_nodes_and_give_the_transitions_of_mp(cluster):

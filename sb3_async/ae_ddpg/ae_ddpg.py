@@ -33,7 +33,7 @@ from stable_baselines3.td3.td3 import TD3
 
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
-from sb3_async.common.env_pool import BACKENDS, FINAL_INFO, FINAL_OBS, AsyncEnvPool
+from sb3_async.common.env_pool import FINAL_INFO, FINAL_OBS, AsyncEnvPool, check_backend
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.pool_vec_env import PoolVecEnv
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
@@ -280,12 +280,7 @@ class AEDDPG(TD3):
             raise TypeError(f"Invalid pool_kwargs={pool_kwargs!r}: expected a dict or None")
         if policy_kwargs is not None and not isinstance(policy_kwargs, dict):
             raise TypeError(f"Invalid policy_kwargs={policy_kwargs!r}: expected a dict or None")
-        if backend not in BACKENDS:
-            raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")
-        if backend_kwargs is not None and not isinstance(backend_kwargs, dict):
-            raise TypeError(f"Invalid backend_kwargs={backend_kwargs!r}: expected a dict or None")
-        if backend == "mp" and backend_kwargs:
-            raise ValueError(f"Invalid backend_kwargs={backend_kwargs!r}: backend='mp' takes none")
+        check_backend(backend, backend_kwargs)
         if pool_kwargs and {"backend", "backend_kwargs"} & set(pool_kwargs):
             raise ValueError("Invalid pool_kwargs: pass backend and backend_kwargs to AEDDPG itself, not in pool_kwargs")
         if backend == "ray":  # say what to install now, not at the first learn()

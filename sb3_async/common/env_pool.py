@@ -346,6 +346,17 @@ def _make_factories(env: str | EnvFactory | Sequence[EnvFactory], n_envs: int | 
     raise TypeError(f"env must be an env id, a callable returning an env, or a list of such callables; got {env!r}")
 
 
+def check_backend(backend: Any, backend_kwargs: Any) -> None:
+    """``ValueError``/``TypeError`` naming the argument for a ``backend`` not in :data:`BACKENDS` or bad
+    ``backend_kwargs`` (a dict or None; ``"mp"`` takes none)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")
+    if backend_kwargs is not None and not isinstance(backend_kwargs, dict):
+        raise TypeError(f"Invalid backend_kwargs={backend_kwargs!r}: expected a dict or None")
+    if backend == "mp" and backend_kwargs:
+        raise ValueError(f"Invalid backend_kwargs={backend_kwargs!r}: backend='mp' takes none")
+
+
 def _check_int(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"Invalid {name}={value!r}: expected an integer >= {minimum}")
@@ -453,12 +464,7 @@ class AsyncEnvPool:
             raise TypeError(f"autoreset must be a bool, got {autoreset!r}")
         self.autoreset, self.on_error, self.start_method = autoreset, on_error, start_method
         self._ctx: Any = process_context(start_method)
-        if backend not in BACKENDS:
-            raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")
-        if backend_kwargs is not None and not isinstance(backend_kwargs, dict):
-            raise TypeError(f"Invalid backend_kwargs={backend_kwargs!r}: expected a dict or None")
-        if backend == "mp" and backend_kwargs:
-            raise ValueError(f"Invalid backend_kwargs={backend_kwargs!r}: backend='mp' takes none")
+        check_backend(backend, backend_kwargs)
         if backend == "ray" and self.n_workers == 0:
             raise ValueError("Invalid n_workers=0 with backend='ray': the envs run in Ray actors, at least 1")
         self.backend = backend
