@@ -15,7 +15,7 @@ from stable_baselines3.common.callbacks import (
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 
-from sb3_async import A3C, AsyncNStepQ
+from sb3_async import A3C, ApeXDQN, AsyncNStepQ
 from sb3_async.common.callbacks import frozen_evaluations, iter_callbacks
 
 EVAL_SEED = 123
@@ -77,9 +77,20 @@ def eval_env():
     return make_vec_env("CartPole-v1", n_envs=1, seed=EVAL_SEED)
 
 
-@pytest.mark.parametrize("model_class", [AsyncNStepQ, A3C])
-def test_evaluations_see_frozen_parameters_and_best_model_reproduces(tmp_path, model_class):
-    model = model_class("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=2, seed=0)
+MODELS = {
+    "async_n_step_q": lambda: AsyncNStepQ("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=2, seed=0),
+    "a3c": lambda: A3C("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=2, seed=0),
+    # Ape-X: the learner runs in the main process between callbacks, the actors are parked during evaluations
+    "apex_dqn": lambda: ApeXDQN(
+        "MlpPolicy", "CartPole-v1", n_actors=2, n_envs_per_actor=2, learning_starts=64, batch_size=32, block_size=10, seed=0
+    ),
+}
+
+
+@pytest.mark.parametrize("algo", list(MODELS))
+def test_evaluations_see_frozen_parameters_and_best_model_reproduces(tmp_path, algo):
+    model = MODELS[algo]()
+    model_class = type(model)
     callback = HashingEval(eval_env(), eval_freq=500, n_eval_episodes=3, best_model_save_path=str(tmp_path))
     model.learn(6000, callback=callback)
 
