@@ -257,8 +257,9 @@ def test_ae_ddpg_learns_with_its_envs_on_the_cluster(cluster, tmp_path):
         seed=0,
     )
     try:
+        # Placement on both nodes is checked on a fresh cluster by the first test: SPREAD is best effort, and after
+        # the kills above one node may still be releasing CPUs (a CI run once put both hosts on one node here).
         assert model.env is not None and model.env.pool.backend == "ray"
-        assert len(set(model.env.pool._hosts.node_ids())) == 2
         before = [param.detach().clone() for param in model.policy.parameters()]
         model.learn(2000)
         assert model.num_timesteps >= 2000 and len(model.ep_info_buffer) >= 4  # 200-step episodes ended on every env
