@@ -333,16 +333,22 @@ def test_stock_ppo_and_td3_train_on_the_pool():
 
 
 # ---------------------------------------------------------------------------------------------------- errors
+def check_env_1_error_spares_the_others(pool: AsyncEnvPool) -> None:
+    """Envs 0..2 of ``pool``, env 1 raising in its second step: its error names it and the others' results are kept
+    (both engines, tests/test_ray_env_pool.py too)."""
+    pool.reset(seed=0)
+    pool.step({0: 0, 1: 0, 2: 0})
+    pool.send({0: 0, 1: 0, 2: 0})
+    with pytest.raises(EnvError, match="(?s)Env 1 of the AsyncEnvPool raised in step.*boom in step") as info:
+        pool.recv(min_ready=3)
+    assert info.value.env_id == 1
+    obs, *_ = pool.recv(min_ready=2)  # the others' results are kept
+    assert sorted(obs) == [0, 2]
+
+
 def test_an_env_error_names_the_env_and_spares_the_others():
     with AsyncEnvPool([cartpole(), failing(2), cartpole()], n_workers=2) as pool:
-        pool.reset(seed=0)
-        pool.step({0: 0, 1: 0, 2: 0})
-        pool.send({0: 0, 1: 0, 2: 0})
-        with pytest.raises(EnvError, match="(?s)Env 1 of the AsyncEnvPool raised in step.*boom in step") as info:
-            pool.recv(min_ready=3)
-        assert info.value.env_id == 1
-        obs, *_ = pool.recv(min_ready=2)  # the others' results are kept
-        assert sorted(obs) == [0, 2]
+        check_env_1_error_spares_the_others(pool)
         obs, *_ = pool.step({0: 1, 2: 1})
         assert sorted(obs) == [0, 2]
 

@@ -15,10 +15,9 @@ import pytest
 import torch
 
 from sb3_async import AEDDPG, AsyncEnvPool, WorkerError
-from sb3_async.common.env_pool import EnvError
 from sb3_async.common.runtime.ray_env import NAMESPACE, RAY_INSTALL_HINT
 from tests.conftest import two_node_cluster
-from tests.test_env_pool import FailingEnv
+from tests.test_env_pool import FailingEnv, check_env_1_error_spares_the_others
 
 # The helpers below travel to the env hosts by value, so the hosts never import this module (nor torch through it).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -186,14 +185,7 @@ def test_env_errors_and_factory_errors_are_reported_as_with_mp(cluster):
 
     factories = [probed_cartpole(), lambda: FailingEnv(gym.make("CartPole-v1"), 2), probed_cartpole()]
     with AsyncEnvPool(factories, n_workers=2, backend="ray") as pool:
-        pool.reset(seed=0)
-        pool.step({0: 0, 1: 0, 2: 0})
-        pool.send({0: 0, 1: 0, 2: 0})
-        with pytest.raises(EnvError, match="(?s)Env 1 of the AsyncEnvPool raised in step.*boom in step") as info:
-            pool.recv(min_ready=3)
-        assert info.value.env_id == 1
-        obs, *_ = pool.recv(min_ready=2)  # the others' results are kept
-        assert sorted(obs) == [0, 2]
+        check_env_1_error_spares_the_others(pool)
     with pytest.raises(WorkerError, match="(?s)env pool worker of env 1.*no env here"):
         AsyncEnvPool([probed_cartpole(), broken_factory], n_workers=2, backend="ray")
     _nothing_of_ours_left(ray)

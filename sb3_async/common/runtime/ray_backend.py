@@ -46,10 +46,11 @@ from sb3_async.common.runtime.processes import WorkerError, _main_module_importa
 from sb3_async.common.runtime.ray_env import (  # the connect / release rules, shared with the env pool's Ray hosts
     NAMESPACE,
     RAY_INSTALL_HINT,
+    check_nonnegative,
     connect_ray,
     import_ray,
-    our_actor_names,
     release_ray,
+    wait_ready,
 )
 
 __all__ = ["NAMESPACE", "RAY_INSTALL_HINT", "RayHost", "RayRuntime", "entry_tensors", "import_ray", "merge_changes"]
@@ -250,8 +251,7 @@ class RayRuntime(Runtime):
             ("exchange_wait", exchange_wait),
             ("start_timeout", start_timeout),
         ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-                raise ValueError(f"Invalid {name}={value!r}: expected a finite number >= 0")
+            check_nonnegative(name, value)
         self.start_method, self.address, self.init_kwargs = start_method, address, dict(init_kwargs or {})
         self.num_cpus_per_worker, self.workers_per_actor = float(num_cpus_per_worker), workers_per_actor
         self.sync_interval, self.exchange_wait = float(sync_interval), float(exchange_wait)
@@ -433,12 +433,8 @@ class RayRuntime(Runtime):
         if not by_ref:
             time.sleep(timeout)
             return []
-        refs = list(by_ref)
-        ready, rest = ray.wait(refs, num_returns=1, timeout=timeout)
-        if ready and rest:
-            ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
         out: list[tuple[int, str, Any]] = []
-        for ref in ready:
+        for ref in wait_ready(ray, list(by_ref), timeout):
             host = by_ref[ref]
             try:
                 reply = ray.get(ref)
@@ -501,9 +497,6 @@ class RayRuntime(Runtime):
         # Its host is gone (killed actor, lost node): a new host for this worker alone, placed where Ray finds room.
         seed = restart_seed(self._run[0], len(self._specs), self._generations[rank])
         self._wait_running([self._start_host([rank], seed)])
-
-    def _our_actor_names(self) -> list[str]:
-        return our_actor_names(self._ray, f"sb3_async-{self._run_id}-")
 
     def close(self, timeout: float = 5.0) -> None:
         if self._closed:

@@ -105,10 +105,20 @@ def release_ray(ray: Any, actors: Sequence[Any], prefix: str, owns_ray: bool, ti
         ray.shutdown()
 
 
-def _check_number(name: str, value: Any) -> float:
+def check_nonnegative(name: str, value: Any) -> float:
+    """``value`` as a float, or a ``ValueError`` naming ``name`` unless it is a finite number >= 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
         raise ValueError(f"Invalid {name}={value!r}: expected a finite number >= 0")
     return float(value)
+
+
+def wait_ready(ray: Any, refs: list[Any], timeout: float | None) -> list[Any]:
+    """The refs among ``refs`` that have finished: wait up to ``timeout`` seconds (None: no limit) for the first, then
+    take every other one already finished."""
+    done, rest = ray.wait(refs, num_returns=1, timeout=timeout)
+    if done and rest:
+        done += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+    return done
 
 
 class RayEnvHost:
@@ -197,8 +207,8 @@ class RayEnvHosts:
             raise TypeError(f"Invalid address={address!r}: expected a Ray address string or None")
         if init_kwargs is not None and not isinstance(init_kwargs, dict):
             raise TypeError(f"Invalid init_kwargs={init_kwargs!r}: expected a dict or None")
-        self.num_cpus_per_worker = _check_number("num_cpus_per_worker", num_cpus_per_worker)
-        self.start_timeout = _check_number("start_timeout", start_timeout)
+        self.num_cpus_per_worker = check_nonnegative("num_cpus_per_worker", num_cpus_per_worker)
+        self.start_timeout = check_nonnegative("start_timeout", start_timeout)
         self._ray = import_ray()
         self._prefix = f"sb3_async-env-pool-{uuid.uuid4().hex[:8]}-"
         self._actors: list[Any] = [None] * n_hosts
@@ -271,13 +281,8 @@ class RayEnvHosts:
     def ready(self, hosts: Sequence[int], timeout: float | None) -> list[int]:
         """The hosts among ``hosts`` (each with a command in flight) whose oldest command has finished, waiting up to
         ``timeout`` seconds (None: no limit) for the first."""
-        ray = self._ray
         by_ref = {self._calls[w][0]: w for w in hosts}
-        refs = list(by_ref)
-        done, rest = ray.wait(refs, num_returns=1, timeout=timeout)
-        if done and rest:
-            done += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
-        return [by_ref[ref] for ref in done]
+        return [by_ref[ref] for ref in wait_ready(self._ray, list(by_ref), timeout)]
 
     def node_ids(self) -> list[str]:
         """The Ray node each host runs on."""
