@@ -6,11 +6,14 @@ from __future__ import annotations
 import copy
 import os
 import pickle
+import threading
+import time
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize, sync_envs_normalization
@@ -23,6 +26,7 @@ from sb3_async.common.normalization import (
     share_running_mean_std,
     share_statistics,
 )
+from sb3_async.common.runtime.seqlock import read_rows, seqlock_groups, write_rows
 
 
 def test_merge_moments_hand_computed() -> None:
@@ -62,6 +66,38 @@ def test_slots_merge_to_the_union_of_batches() -> None:
     frozen = copy.deepcopy(reader)
     writers[0].update(np.full((2, 3), 100.0))
     assert not np.allclose(reader.mean, frozen.mean)
+
+
+def test_seqlock_rows_copy_between_machines_never_torn() -> None:
+    """What backend="ray" does with the statistics (WorkerSpec.owned): copy a writer's rows consistently from one
+    machine's tensors to another's; a reader waits out a row being written (odd version) instead of reading it."""
+    rng = np.random.default_rng(1)
+    here = share_running_mean_std(RunningMeanStd(shape=(2,)), n_writers=3)
+    there = share_running_mean_std(RunningMeanStd(shape=(2,)), n_writers=3)
+    [group] = seqlock_groups({"obs_rms": here})
+    assert group is here and seqlock_groups([{"a": {"b": there}}, 3]) == [there]
+    SharedRunningMeanStd(here, slot=2).update(rng.normal(size=(5, 2)))  # worker 1 runs here
+    SharedRunningMeanStd(there, slot=3).update(rng.normal(size=(7, 2)))  # worker 2 runs there
+    rows = np.array([2])
+    write_rows(there, rows, read_rows(here, rows))  # here -> there: the row of worker 1
+    write_rows(here, np.array([3]), read_rows(there, np.array([3])))  # and back: worker 2's
+    for name in ("counts", "means", "vars"):
+        np.testing.assert_array_equal(here[name].numpy(), there[name].numpy())  # one writer per row: equal copies
+    assert SharedRunningMeanStd(there).count == pytest.approx(12 + 1e-4)
+    assert (here["versions"].numpy() % 2 == 0).all() and (there["versions"].numpy() % 2 == 0).all()
+
+    here["versions"][1] += 1  # a writer mid-update of row 1
+
+    def finish() -> None:
+        time.sleep(0.05)
+        here["means"][1] = torch.tensor([5.0, 6.0], dtype=torch.float64)
+        here["versions"][1] += 1
+
+    thread = threading.Thread(target=finish)
+    thread.start()
+    copy_ = read_rows(here, np.array([1]))
+    thread.join()
+    np.testing.assert_array_equal(copy_["means"], [[5.0, 6.0]])  # the finished row, never the half-written one
 
 
 def _pendulum_envs(n: int, seed: int) -> DummyVecEnv:

@@ -402,6 +402,7 @@ class AsyncAlgorithm(BaseAlgorithm):
             spec.synced = (*spec.synced, "latest_obs")  # each env's slot has one writer: merging changes is exact
             if normalization is not None:
                 spec.shared["normalization"] = normalization
+                spec.owned = (*spec.owned, "normalization")  # slot rank + 1 is worker rank's (one writer per slot)
         runtime = self._runtime = make_runtime(self.backend, self.start_method, getattr(self, "backend_kwargs", None))
         try:
             runtime.start(specs, worker_seed(self.seed), self.num_timesteps, total_timesteps)

@@ -13,23 +13,27 @@ Concurrency: **one accumulator per worker, merged on read** (the parallel algori
 is the only writer of slot ``i + 1`` (slot 0 holds the statistics from before this ``learn()``), so no update is ever
 lost, which a single shared ``(mean, var, count)`` updated read-modify-write by several processes would do (and
 leave mean, var and count inconsistent with each other for good). Each slot carries a sequence number, odd while
-its writer is writing (a seqlock): a reader retries instead of using a half-written slot. No lock is taken, so a
-worker never waits for another one, and merging a few slots costs a handful of vectorized NumPy operations per step.
-The merged statistics equal those of one ``RunningMeanStd`` fed the union of every worker's batches, in any order
-(Chan's merge is exact up to float rounding). RLlib's ``MeanStdFilter`` keeps per-worker buffers too, but merges
-them only when the driver synchronizes the workers; here every worker sees the others' data at once.
+its writer is writing (a seqlock, :mod:`sb3_async.common.runtime.seqlock`): a reader retries instead of using a
+half-written slot. No lock is taken, so a worker never waits for another one, and merging a few slots costs a
+handful of vectorized NumPy operations per step. The merged statistics equal those of one ``RunningMeanStd`` fed the
+union of every worker's batches, in any order (Chan's merge is exact up to float rounding). RLlib's ``MeanStdFilter``
+keeps per-worker buffers too, but merges them only when the driver synchronizes the workers; here every worker on a
+machine sees the others' data at once. Across machines (``backend="ray"``) the statistics are a
+:attr:`~sb3_async.common.runtime.WorkerSpec.owned` entry: every ``sync_interval`` each slot is copied from the machine
+of its writer to the driver and from there to the other machines, so all of them merge the same slots.
 """
 
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any
 
 import numpy as np
 import torch
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecNormalize
+
+from sb3_async.common.runtime.seqlock import read_rows, write_rows
 
 #: The ``VecNormalize`` options a worker's copy is rebuilt with (its constructor's arguments).
 VEC_NORMALIZE_OPTIONS = ("training", "norm_obs", "norm_reward", "clip_obs", "clip_reward", "gamma", "epsilon", "norm_obs_keys")
@@ -93,7 +97,6 @@ class SharedRunningMeanStd(RunningMeanStd):
         self._counts = tensors["counts"].numpy()
         self._means = tensors["means"].numpy()
         self._vars = tensors["vars"].numpy()
-        self._versions = tensors["versions"].numpy()
         if slot is not None and not 1 <= slot < len(self._counts):
             raise ValueError(f"Invalid slot={slot}: expected 1 <= slot < {len(self._counts)}")
         self.slot = slot
@@ -102,12 +105,8 @@ class SharedRunningMeanStd(RunningMeanStd):
     # Read: a consistent copy of every slot (seqlock), merged.
     def snapshot_moments(self) -> tuple[np.ndarray, np.ndarray, float]:
         """``(mean, var, count)`` of every slot merged."""
-        while True:
-            before = self._versions.copy()
-            counts, means, variances = self._counts.copy(), self._means.copy(), self._vars.copy()
-            if not (before & 1).any() and np.array_equal(before, self._versions):
-                return _merge(counts, means, variances)
-            time.sleep(0)  # a writer is mid-update: let it finish
+        rows = read_rows(self.tensors)
+        return _merge(rows["counts"], rows["means"], rows["vars"])
 
     def _moments(self) -> tuple[np.ndarray, np.ndarray, float]:
         if self.slot is not None and self._cached is not None:
@@ -142,11 +141,7 @@ class SharedRunningMeanStd(RunningMeanStd):
         delta = batch_mean - old_mean
         mean = old_mean + delta * (batch_count / count)
         var = (old_var * old_count + batch_var * batch_count + np.square(delta) * (old_count * batch_count / count)) / count
-        self._versions[slot] += 1  # odd: being written
-        self._means[slot] = mean
-        self._vars[slot] = var
-        self._counts[slot] = count
-        self._versions[slot] += 1
+        write_rows(self.tensors, slot, dict(means=mean, vars=var, counts=count))
         self._cached = self.snapshot_moments()
 
     def update_from_moments(self, batch_mean: np.ndarray, batch_var: np.ndarray, batch_count: float) -> None:

@@ -70,6 +70,9 @@ class WorkerSpec:
     :param averaged: entries of ``shared`` the workers update in place that each machine keeps for itself (optimizer
         statistics: a sum of several machines' decays would drive them negative); the main process' copy (saved with
         the model) is the mean of the machines' copies
+    :param owned: entries of ``shared`` made of row-per-writer groups (:mod:`~sb3_async.common.runtime.seqlock`: row
+        ``rank + 1`` of each group written by worker ``rank`` alone, row 0 by nobody; the shared normalization
+        statistics); across machines each row is copied from its writer's machine to the others
     :param published: entries of ``shared`` only the main process writes and the workers read (Ape-X's parameters);
         the main process calls :meth:`Runtime.publish` after writing one, so that backends without shared memory
         copy it to the workers
@@ -81,6 +84,7 @@ class WorkerSpec:
     name: str = "worker"
     synced: tuple[str, ...] = ()
     averaged: tuple[str, ...] = ()
+    owned: tuple[str, ...] = ()
     published: tuple[str, ...] = ()
 
 

@@ -9,12 +9,14 @@ carries with one *exchange* call per host in flight at a time:
 * driver → host: the stop and pause flags, the steps counted by the other hosts (every worker's global T), the
   ``published`` entries of the specs (Ape-X's parameters and inserted-block counts: one ``ray.put`` per change,
   shared by every host and pulled by reference), and every ``sync_interval`` seconds the driver's copy of the
-  ``synced`` entries (θ and the optimizer statistics of A3C / the async Q family; the callbacks' latest observations);
+  ``synced`` entries (θ and the optimizer statistics of A3C / the async Q family; the callbacks' latest observations)
+  and the rows of the ``owned`` entries that other hosts' workers write (the shared ``VecNormalize`` statistics);
 * host → driver: the workers' messages (statistics, Ape-X's NumPy transition blocks), their step count, whether they
   are parked or finished, a worker's failure with its traceback, and the changes the host's workers made to the
-  ``synced`` entries since the last exchange. The driver adds them to its copy (DistBelief's parameter server: the
-  main process' policy *is* the global copy, so ``save()``, ``predict()`` and callbacks see every machine's updates)
-  and each host adds the other hosts' changes to its own copy at the next exchange.
+  ``synced`` entries since the last exchange, and the rows of the ``owned`` entries its own workers write (a
+  consistent copy, :mod:`~sb3_async.common.runtime.seqlock`). The driver adds them to its copy (DistBelief's
+  parameter server: the main process' policy *is* the global copy, so ``save()``, ``predict()`` and callbacks see
+  every machine's updates) and each host adds the other hosts' changes to its own copy at the next exchange.
 
 Failures: a host whose Ray actor or node dies makes :meth:`RayRuntime.poll` raise
 :class:`~sb3_async.common.runtime.processes.WorkerError` for each of its workers (A3C and the async Q family stop there);
@@ -52,6 +54,7 @@ from sb3_async.common.runtime.ray_env import (  # the connect / release rules, s
     release_ray,
     wait_ready,
 )
+from sb3_async.common.runtime.seqlock import read_rows, seqlock_groups, write_rows
 
 __all__ = ["NAMESPACE", "RAY_INSTALL_HINT", "RayHost", "RayRuntime", "entry_tensors", "import_ray", "merge_changes"]
 
@@ -115,6 +118,8 @@ class RayHost:
         self._synced = [tensor for name in specs[0].synced for tensor in entry_tensors(first[name])]
         self._base = [tensor.detach().clone() for tensor in self._synced]
         self._averaged = [tensor for name in specs[0].averaged for tensor in entry_tensors(first[name])]
+        self._owned = [group for name in specs[0].owned for group in seqlock_groups(first[name])]
+        self._own_rows = np.asarray(ranks) + 1
         self._published = {name: entry_tensors(first[name]) for name in specs[0].published}
         self._runtime = MultiprocessingRuntime(start_method)
         with _main_module_importable(always=True):
@@ -134,6 +139,7 @@ class RayHost:
         published: dict[str, list[Any]],
         global_values: list[np.ndarray] | None,
         wait: float,
+        owned: list[dict[str, np.ndarray]] | None = None,
     ) -> dict[str, Any]:
         """One round with the driver (see the module docstring); waits up to ``wait`` seconds for a message."""
         import ray
@@ -146,22 +152,30 @@ class RayHost:
         if stop:
             runtime.request_stop()
         runtime.set_pause(pause)
+        if owned is not None:  # the rows other machines write, as the driver last received them
+            for group, values in zip(self._owned, owned):
+                others = np.setdiff1d(np.arange(len(group["versions"])), self._own_rows)
+                write_rows(group, others, {name: value[others] for name, value in values.items()})
         errors: list[tuple[int, str, int | None, str | None]] = []
         try:
             messages = runtime.poll(wait)
         except WorkerError as error:
             messages = []
             errors.append((error.rank, error.name, error.exitcode, error.worker_traceback))
+        # Parked before the changes are read: a parked host's reply then carries every change its workers made.
+        parked = runtime.parked()
         changes = None if global_values is None else merge_changes(self._synced, self._base, global_values)
         averaged = None if global_values is None else [tensor.detach().numpy().copy() for tensor in self._averaged]
+        own = None if global_values is None else [read_rows(group, self._own_rows) for group in self._owned]
         return dict(
             messages=messages,
             steps=runtime.steps(),
-            parked=runtime.parked(),
+            parked=parked,
             finished=not runtime.running(),
             errors=errors,
             changes=changes,
             averaged=averaged,
+            owned=own,
         )
 
     def restart(self, rank: int) -> None:
@@ -265,6 +279,7 @@ class RayRuntime(Runtime):
         self._generations: dict[int, int] = {}
         self._synced: list[torch.Tensor] = []
         self._averaged: list[torch.Tensor] = []
+        self._owned: list[dict[str, torch.Tensor]] = []
         self._published: dict[str, list[torch.Tensor]] = {}
         self._versions: dict[str, int] = {}
         self._refs: dict[str, Any] = {}
@@ -328,6 +343,7 @@ class RayRuntime(Runtime):
         first = specs[0].shared
         self._synced = [tensor for name in specs[0].synced for tensor in entry_tensors(first[name])]
         self._averaged = [tensor for name in specs[0].averaged for tensor in entry_tensors(first[name])]
+        self._owned = [group for name in specs[0].owned for group in seqlock_groups(first[name])]
         self._published = {name: entry_tensors(first[name]) for name in specs[0].published}
         self._versions = {name: 0 for name in self._published}
         try:
@@ -382,16 +398,21 @@ class RayRuntime(Runtime):
                 if host.published_versions.get(name, 0) < version:
                     published[name] = [self._refs[name]]
                     host.published_versions[name] = version
-            sync = bool(self._synced or self._averaged) and (
-                now - host.last_sync >= self.sync_interval or host.finished or self._stop
-            )
+            # While pausing, every exchange syncs: the driver's copy (what an evaluation scores, and what a stop
+            # requested during it returns) then holds every change made before the workers parked.
+            sync = self._syncs() and (now - host.last_sync >= self.sync_interval or host.finished or self._stop or self._pause)
             global_values = [tensor.detach().numpy() for tensor in self._synced] if sync else None
+            owned = [read_rows(group) for group in self._owned] if sync else None
             if sync:
                 host.last_sync = now
             host.inflight_pause, host.inflight_synced = self._pause, sync
             host.inflight = host.actor.exchange.remote(
-                self._stop, self._pause, total - host.steps, published, global_values, self.exchange_wait
+                self._stop, self._pause, total - host.steps, published, global_values, self.exchange_wait, owned
             )
+
+    def _syncs(self) -> bool:
+        """Whether the specs have entries the hosts and the driver exchange every ``sync_interval``."""
+        return bool(self._synced or self._averaged or self._owned)
 
     def _host_lost(self, host: _HostState, error: BaseException) -> None:
         host.alive, host.inflight = False, None
@@ -407,7 +428,8 @@ class RayRuntime(Runtime):
     def _receive(self, host: _HostState, reply: dict[str, Any]) -> list[tuple[int, str, Any]]:
         host.inflight = None
         host.steps = int(reply["steps"])
-        host.parked = bool(reply["parked"]) and host.inflight_pause
+        synced_or_none = host.inflight_synced or not self._syncs()
+        host.parked = bool(reply["parked"]) and host.inflight_pause and synced_or_none
         host.finished = bool(reply["finished"])
         if reply["changes"] is not None:
             for tensor, change in zip(self._synced, reply["changes"]):
@@ -417,7 +439,11 @@ class RayRuntime(Runtime):
             copies = [other.averaged for other in self._hosts if other.averaged is not None]
             for i, tensor in enumerate(self._averaged):
                 tensor.detach().numpy()[...] = np.mean([copy[i] for copy in copies], axis=0)
-        if host.finished and (host.inflight_synced or not (self._synced or self._averaged)):
+        if reply["owned"] is not None:
+            rows = np.asarray(host.ranks) + 1
+            for group, values in zip(self._owned, reply["owned"]):
+                write_rows(group, rows, values)
+        if host.finished and (host.inflight_synced or not self._syncs()):
             host.done = True
         for rank, name, exitcode, worker_traceback in reply["errors"]:
             if rank not in self._failed:
