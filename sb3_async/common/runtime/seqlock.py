@@ -33,7 +33,7 @@ def seqlock_groups(entry: Any) -> list[dict[str, torch.Tensor]]:
     return []
 
 
-def read_rows(group: dict[str, torch.Tensor], rows: np.ndarray | slice | None = None) -> dict[str, np.ndarray]:
+def read_rows(group: dict[str, torch.Tensor], rows: np.ndarray | slice | int | None = None) -> dict[str, np.ndarray]:
     """A consistent copy of ``rows`` (all of them if None) of every tensor of ``group`` but ``versions``."""
     index = slice(None) if rows is None else rows
     versions = group[VERSIONS].numpy()
@@ -46,7 +46,7 @@ def read_rows(group: dict[str, torch.Tensor], rows: np.ndarray | slice | None = 
         time.sleep(0)  # a writer is mid-update: let it finish
 
 
-def write_rows(group: dict[str, torch.Tensor], rows: np.ndarray | slice, values: dict[str, np.ndarray]) -> None:
+def write_rows(group: dict[str, torch.Tensor], rows: np.ndarray | slice | int, values: dict[str, np.ndarray]) -> None:
     """Write ``values`` (from :func:`read_rows`) into ``rows`` of ``group``, as their one writer (odd while writing)."""
     versions = group[VERSIONS].numpy()
     versions[rows] += 1
