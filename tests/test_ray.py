@@ -4,6 +4,7 @@ real two-node Ray cluster on this machine (``ray.cluster_utils.Cluster``): worke
 statistics merged across nodes, A3C and ApeXDQN learning CartPole-v1 (the model returned scores >= 475), the user's
 Ray left running and no actor of ours left in it. Ray tests start clusters: run this file alone (``-m ray``)."""
 
+import subprocess
 import sys
 import time
 import warnings
@@ -228,6 +229,48 @@ def test_killed_ray_actor_is_restarted_for_apex(cluster):
     restarts = [str(w.message) for w in caught if "restarting it (1/3)" in str(w.message)]
     assert len(restarts) == 1 and "apex-actor-" in restarts[0]
     assert model.num_timesteps >= 3000
+    assert _our_actors(ray) == []
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_ctrl_c_or_an_exception_leaves_nothing_in_the_users_cluster(cluster, error):
+    import ray
+
+    def interrupt(model) -> None:
+        raise error("raised in a callback")
+
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0, backend="ray")
+    with pytest.raises(error, match="raised in a callback"):
+        model.learn(1_000_000, callback=OnSteps(at=500, action=interrupt))
+    assert ray.is_initialized() and len(ray.nodes()) == 2 and _our_actors(ray) == []
+
+
+@pytest.mark.ray
+def test_killed_driver_leaves_nothing_in_the_users_cluster(cluster, tmp_path):
+    """A driver process SIGKILLed mid-run (no cleanup of ours runs): Ray removes the hosts it owned."""
+    import ray
+
+    script = tmp_path / "driver.py"
+    script.write_text(
+        "import ray\n"
+        "from sb3_async import A3C\n"
+        "if __name__ == '__main__':\n"
+        f"    ray.init(address={cluster.address!r})\n"
+        "    A3C('MlpPolicy', 'CartPole-v1', n_workers=2, backend='ray').learn(100_000_000)\n"
+    )
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(_our_actors(ray)) < 2 and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert len(_our_actors(ray)) == 2, "the driver's hosts did not start"
+    finally:
+        driver.kill()
+        driver.wait()
+    deadline = time.monotonic() + 60
+    while _our_actors(ray) and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert _our_actors(ray) == []
 
 
