@@ -27,12 +27,20 @@ class DiesOnceEnv(gym.Wrapper):
 
     def step(self, action):
         self.steps += 1
-        if self.steps == self.after and not self.marker.exists():
-            self.marker.touch()
+        if self.steps == self.after and self._first_to_die():
             if self.how == "raise":
                 raise RuntimeError("boom once")
             os.kill(os.getpid(), signal.SIGKILL)
         return self.env.step(action)
+
+    def _first_to_die(self) -> bool:
+        """Create the marker atomically: of several actors reaching ``after`` at once, only one dies (a check then a
+        touch let two actors die in one CI run)."""
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
 
 
 def test_restart_seed_moves_past_every_env_seed():
