@@ -108,7 +108,8 @@ def test_local_ray_is_started_and_shut_down():
 
 @pytest.fixture(scope="module")
 def cluster():
-    """A fresh two-node cluster per test (some tests add or remove nodes)."""
+    """One two-node cluster for the whole module (a start takes ~12 s); the test that adds a node removes one, so every
+    test sees two nodes."""
     with two_node_cluster() as started:
         yield started
 
