@@ -37,7 +37,15 @@ from sb3_async import AsyncEnvPool
 
 N_ENVS = 8
 TASKS = {"CartPole-v1": "CartPole-v1", "HalfCheetah-v5": "HalfCheetah-v5", "Pong": "PongNoFrameskip-v4"}
-ENGINES = ["AsyncEnvPool", "AsyncEnvPool(n_workers=0)", "SubprocVecEnv", "DummyVecEnv", "gym AsyncVectorEnv"]
+MIXED = f"AsyncEnvPool(n_workers=1, local_envs={N_ENVS // 2})"
+ENGINES = ["AsyncEnvPool", "AsyncEnvPool(n_workers=0)", MIXED, "SubprocVecEnv", "DummyVecEnv", "gym AsyncVectorEnv"]
+#: AsyncEnvPool's keyword arguments per engine name (the default layout: one worker per core)
+POOL_KWARGS: dict[str, dict[str, int]] = {
+    "AsyncEnvPool": {},
+    "AsyncEnvPool(n_workers=0)": {"n_workers": 0},
+    MIXED: {"n_workers": 1, "local_envs": N_ENVS // 2},
+    "AsyncEnvPool(n_workers=8)": {"n_workers": 8},
+}
 BASELINES = ["SubprocVecEnv", "DummyVecEnv", "gym AsyncVectorEnv"]
 SLEEP_TASK = "CartPole-v1 + sleep 0-5 ms"
 SLEEP_ENGINES = [
@@ -117,8 +125,7 @@ class Stepper:
             self.pool = AsyncEnvPool(factories, n_workers=8 if "n_workers=8" in engine else None)
             self.pool.reset(seed=0)
         elif engine.startswith("AsyncEnvPool"):
-            n_workers = 0 if "n_workers=0" in engine else 8 if "n_workers=8" in engine else None
-            self.venv: Any = AsyncEnvPool(factories, n_workers=n_workers).as_vec_env()
+            self.venv: Any = AsyncEnvPool(factories, **POOL_KWARGS[engine]).as_vec_env()
         elif engine == "SubprocVecEnv":
             self.venv = SubprocVecEnv(factories)
         elif engine == "DummyVecEnv":
@@ -174,7 +181,7 @@ def paired(task: str, engines: list[str], rounds: int, seconds: float) -> dict[s
     return rates
 
 
-def report(rates: dict[str, dict[str, list[float]]], args: argparse.Namespace) -> str:
+def report(rates: dict[str, dict[str, list[float]]], args: argparse.Namespace, load_at_start: float) -> str:
     """Medians of the per-round ratios (each ratio between measurements of the same round)."""
 
     def ratio(task: str, engine: str, reference: str | list[str]) -> float:
@@ -196,20 +203,22 @@ def report(rates: dict[str, dict[str, list[float]]], args: argparse.Namespace) -
     lines = [
         f"# AsyncEnvPool speed ({'paired bursts, ' if args.paired else ''}scripts/env_pool_speed.py)",
         "",
-        f"{N_ENVS} envs, random actions. {protocol}, and the tables give medians over rounds. **The machine was shared**"
-        " (2 cores, other agents' jobs running, load average 10-15): absolute steps/s (medians) are shown for scale"
-        f" only. {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.",
+        f"{N_ENVS} envs, random actions. {protocol}, and the tables give medians over rounds. Load average when the run"
+        f" started: {load_at_start:.2f} (other jobs on the machine slow every engine: read the ratios, taken within a"
+        f" round; absolute steps/s are medians, for scale). {platform.machine()}, {os.cpu_count()} cores, Python"
+        f" {platform.python_version()}.",
         "",
         "## Synchronous stepping (`VecEnv.step`): env steps/s and ratio to the fastest of the three baselines",
         "",
-        "| task | " + " | ".join(ENGINES) + " | AsyncEnvPool / fastest baseline | n_workers=0 / fastest baseline |",
-        "|---" * (len(ENGINES) + 3) + "|",
+        "| task | " + " | ".join(ENGINES) + " | AsyncEnvPool / fastest baseline | n_workers=0 / fastest baseline"
+        f" | n_workers=1, local_envs={N_ENVS // 2} / fastest baseline |",
+        "|---" * (len(ENGINES) + 4) + "|",
     ]
     for task in TASKS:
         cells = " | ".join(f"{statistics.median(rates[task][engine]):,.0f}" for engine in ENGINES)
         lines.append(
             f"| {task} | {cells} | {ratio(task, 'AsyncEnvPool', BASELINES):.2f} |"
-            f" {ratio(task, 'AsyncEnvPool(n_workers=0)', BASELINES):.2f} |"
+            f" {ratio(task, 'AsyncEnvPool(n_workers=0)', BASELINES):.2f} | {ratio(task, MIXED, BASELINES):.2f} |"
         )
     lines += [
         "",
@@ -279,11 +288,17 @@ def main() -> None:
     if args.task:
         print(json.dumps(paired(args.task, SLEEP_ENGINES if args.task == SLEEP_TASK else ENGINES, args.rounds, args.seconds)))
         return
+    load_at_start = os.getloadavg()[0]
     rates = run_paired(args.rounds, args.seconds) if args.paired else run_rounds(args.rounds, args.seconds)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as file:
-        json.dump({"n_envs": N_ENVS, "rounds": args.rounds, "seconds": args.seconds, "steps_per_s": rates}, file, indent=1)
-    text = report(rates, args)
+        json.dump(
+            {"n_envs": N_ENVS, "rounds": args.rounds, "seconds": args.seconds, "load_average_at_start": load_at_start,
+             "steps_per_s": rates},
+            file,
+            indent=1,
+        )  # fmt: skip
+    text = report(rates, args, load_at_start)
     with open(os.path.join(args.out, "README.md"), "w") as file:
         file.write(text)
     print(text)

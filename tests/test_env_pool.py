@@ -16,7 +16,7 @@ from gymnasium.wrappers import RecordEpisodeStatistics
 from stable_baselines3 import PPO, TD3
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import SubprocVecEnv, VecFrameStack, VecMonitor, VecNormalize
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack, VecMonitor, VecNormalize
 
 import sb3_async
 from sb3_async import AsyncEnvPool, WorkerError
@@ -169,9 +169,9 @@ def test_parallel_env_api_and_seeding():
         np.testing.assert_array_equal(subset[0], gym.make("CartPole-v1").reset(seed=5)[0])
 
 
-@pytest.mark.parametrize("n_workers", [0, 2])
-def test_same_step_autoreset_matches_a_local_env(n_workers):
-    with AsyncEnvPool(cartpole(), n_envs=2, n_workers=n_workers) as pool:
+@pytest.mark.parametrize("layout", [dict(n_workers=0), dict(n_workers=2), dict(n_workers=1, local_envs=1)])
+def test_same_step_autoreset_matches_a_local_env(layout):
+    with AsyncEnvPool(cartpole(), n_envs=2, **layout) as pool:
         pool.reset(seed=3)
         reference = gym.make("CartPole-v1")
         reference.reset(seed=4)  # env 1
@@ -279,6 +279,52 @@ def test_vec_env_gives_the_transitions_of_subproc_vec_env():
     finally:
         pool_env.close()
         subproc.close()
+
+
+def test_local_envs_step_in_this_process_alongside_the_workers():
+    """n_workers=1, local_envs=2: envs 2 and 3 live here, 0 and 1 in the worker; every dialect sees one pool."""
+
+    def make():
+        env = RecordEpisodeStatistics(gym.make("CartPole-v1"))
+        env.pid = os.getpid()  # where it was built
+        return env
+
+    with AsyncEnvPool(make, n_envs=4, n_workers=1, local_envs=2) as pool:
+        assert pool.local_envs == 2 and "local_envs=2" in repr(pool)
+        pids = pool.get_attr("pid")
+        assert pids[2] == pids[3] == os.getpid() and pids[0] == pids[1] != os.getpid()
+        obs, _ = pool.reset(seed=10)
+        for i in range(4):
+            np.testing.assert_array_equal(obs[i], gym.make("CartPole-v1").reset(seed=10 + i)[0])
+        references = [gym.make("CartPole-v1") for _ in range(4)]
+        for i, reference in enumerate(references):
+            reference.reset(seed=10 + i)
+        pool.send({0: 1, 3: 0})  # env 3 (local) has stepped when send returns, env 0 may still be stepping
+        obs, rewards, *_ = pool.recv(min_ready=2)
+        assert sorted(obs) == [0, 3]
+        for i, action in ((0, 1), (3, 0)):
+            np.testing.assert_array_equal(obs[i], references[i].step(action)[0])
+        assert pool.get_attr("spec", [1, 2])[1].id == "CartPole-v1"
+        pool.set_attr("marker", 7, [2])
+        assert pool.get_attr("marker", [2]) == [7]
+        assert pool.env_is_wrapped(RecordEpisodeStatistics) == [True] * 4
+    venv = AsyncEnvPool(cartpole(max_episode_steps=20), n_envs=4, n_workers=1, local_envs=2).as_vec_env()
+    reference = DummyVecEnv([cartpole(max_episode_steps=20)] * 4)
+    try:
+        venv.seed(3)
+        reference.seed(3)
+        np.testing.assert_array_equal(venv.reset(), reference.reset())
+        for _ in range(30):
+            actions = np.array([1, 0, 1, 1])
+            ours, theirs = venv.step(actions), reference.step(actions)
+            for mine, other in zip(ours[:3], theirs[:3]):
+                np.testing.assert_array_equal(mine, other)
+    finally:
+        venv.close()
+    with AsyncEnvPool([cartpole(), failing(2), cartpole()], n_workers=1, local_envs=2) as pool:  # env 1 is local
+        check_env_1_error_spares_the_others(pool)
+        obs, *_ = pool.step({0: 1, 2: 1})
+        assert sorted(obs) == [0, 2]
 
 
 def test_vec_env_methods_and_wrappers():
@@ -425,6 +471,14 @@ def test_bad_input_gives_clear_errors():
         AsyncEnvPool(3)
     with pytest.raises(ValueError, match="observation space"):
         AsyncEnvPool([cartpole(), lambda: gym.make("Pendulum-v1")], n_workers=1)
+    with pytest.raises(ValueError, match="observation space"):
+        AsyncEnvPool([cartpole(), lambda: gym.make("Pendulum-v1")], n_workers=1, local_envs=1)
+    with pytest.raises(ValueError, match="local_envs=1 with n_workers=0"):
+        AsyncEnvPool("CartPole-v1", n_envs=2, n_workers=0, local_envs=1)
+    with pytest.raises(ValueError, match="local_envs=2: at most n_envs - n_workers = 1"):
+        AsyncEnvPool("CartPole-v1", n_envs=3, n_workers=2, local_envs=2)
+    with pytest.raises(ValueError, match="local_envs"):
+        AsyncEnvPool("CartPole-v1", n_envs=3, n_workers=1, local_envs=-1)
     with AsyncEnvPool("CartPole-v1", n_envs=2) as pool:
         pool.reset()
         with pytest.raises(KeyError, match="Unknown env id 5"):

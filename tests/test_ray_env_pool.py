@@ -156,6 +156,26 @@ def test_hosts_run_on_both_nodes_and_give_the_transitions_of_mp(cluster):
     _nothing_of_ours_left(ray)
 
 
+def test_local_envs_step_in_the_driver_alongside_the_hosts(cluster):
+    factories = [probed_cartpole(max_episode_steps=25)] * 3
+    ray_env = AsyncEnvPool(factories, n_workers=1, local_envs=1, backend="ray").as_vec_env()
+    mp_env = AsyncEnvPool(factories, n_workers=2).as_vec_env()
+    try:
+        pids = ray_env.env_method("pid")
+        assert pids[2] == os.getpid() and pids[0] == pids[1] != os.getpid()
+        ray_env.seed(5)
+        mp_env.seed(5)
+        np.testing.assert_array_equal(ray_env.reset(), mp_env.reset())
+        rng = np.random.default_rng(1)
+        for _ in range(60):
+            actions = rng.integers(0, 2, size=3)
+            for ours, theirs in zip(ray_env.step(actions)[:3], mp_env.step(actions)[:3]):
+                np.testing.assert_array_equal(ours, theirs)
+    finally:
+        ray_env.close()
+        mp_env.close()
+
+
 def test_recv_returns_the_ready_envs_first_and_oldest_first(cluster):
     import ray
 

@@ -415,6 +415,11 @@ class AsyncEnvPool:
         when there are more envs than cores, since each message between processes costs about as much as a cheap env
         step; ``n_workers=n_envs`` for envs that wait rather than compute; ``0`` steps every env in this process, the
         fastest for envs cheaper than a message, as ``DummyVecEnv``, though ``send`` then blocks)
+    :param local_envs: how many envs this process steps itself while the workers step the others (default: every env
+        when ``n_workers=0``, else none). The last ``local_envs`` ids are stepped here, after the workers were sent
+        theirs, so both run at once: on 2 cores, ``n_workers=1, local_envs=n_envs // 2`` keeps this process busy where
+        it would wait, for envs whose step costs more than a message (MuJoCo, Atari); ``send`` then blocks while the
+        local envs step
     :param autoreset: ``True`` (default): same-step autoreset, an env that ends is reset in its worker and the step
         returns the new episode's first observation, the last observation and info in ``infos[id]["final_obs"]`` and
         ``infos[id]["final_info"]`` (no discarded action, no fake transition, as SB3's VecEnvs); ``False``:
@@ -441,6 +446,7 @@ class AsyncEnvPool:
         *,
         env_kwargs: dict[str, Any] | None = None,
         n_workers: int | None = None,
+        local_envs: int | None = None,
         autoreset: bool = True,
         on_error: str = "raise",
         start_method: str = "forkserver",
@@ -458,6 +464,16 @@ class AsyncEnvPool:
         self.n_workers = _check_int("n_workers", n_workers, 0)
         if self.n_workers > self.n_envs:
             raise ValueError(f"Invalid n_workers={n_workers}: at most n_envs={self.n_envs} workers")
+        if local_envs is None:
+            local_envs = self.n_envs if self.n_workers == 0 else 0
+        self.local_envs = _check_int("local_envs", local_envs, 0)
+        if self.n_workers == 0 and self.local_envs != self.n_envs:
+            raise ValueError(f"Invalid local_envs={local_envs} with n_workers=0: every env is local (n_envs={self.n_envs})")
+        if self.n_workers > 0 and self.local_envs > self.n_envs - self.n_workers:
+            raise ValueError(
+                f"Invalid local_envs={local_envs}: at most n_envs - n_workers = {self.n_envs - self.n_workers}, so that "
+                "each worker holds an env"
+            )
         if on_error not in ON_ERROR:
             raise ValueError(f"Invalid on_error={on_error!r}: expected one of {', '.join(ON_ERROR)}")
         if not isinstance(autoreset, bool):
@@ -471,9 +487,14 @@ class AsyncEnvPool:
 
         self.possible_agents: list[int] = list(range(self.n_envs))
         self.agents: list[int] = list(self.possible_agents)
-        n_groups = max(1, self.n_workers)  # n_workers=0: one group of envs, in this process
-        self._worker_ids = [list(map(int, part)) for part in np.array_split(np.arange(self.n_envs), n_groups)]
-        self._worker_of = [w for w, ids in enumerate(self._worker_ids) for _ in ids]  # env id -> worker
+        # Groups of envs: one per worker, then this process's (the last local_envs ids), if any
+        remote = np.arange(self.n_envs - self.local_envs)
+        self._worker_ids = [list(map(int, part)) for part in np.array_split(remote, self.n_workers)] if self.n_workers else []
+        if self.local_envs:
+            self._worker_ids.append(list(range(self.n_envs - self.local_envs, self.n_envs)))
+        self._local_group = self.n_workers if self.local_envs else None
+        self._worker_of = [w for w, ids in enumerate(self._worker_ids) for _ in ids]  # env id -> group
+        n_groups = len(self._worker_ids)
         self._local: _Worker | None = None
         self._procs: list[Any] = [None] * self.n_workers
         self._conns: list[Any] = [None] * self.n_workers
@@ -497,16 +518,18 @@ class AsyncEnvPool:
             self, _shutdown, self._procs, self._conns, self._pending, self._obs_list, 5.0, self._hosts
         )
         try:
-            if self.n_workers == 0:
-                self._local = _Worker(self.possible_agents, self._factories, autoreset, on_error)
+            for w in range(self.n_workers):
+                self._spawn(w)
+            if self._local_group is not None:  # built while the workers start
+                local_ids = self._worker_ids[self._local_group]
+                self._local = _Worker(local_ids, [self._factories[i] for i in local_ids], autoreset, on_error)
+            for w in range(self.n_workers):  # worker 0 first: env 0's spaces are the pool's
+                self._handshake(w)
+                self._share(w)
+            if self._local is not None:
                 self._local.obs = self._check_spaces(
                     [(i, env.observation_space, env.action_space) for i, env in self._local.envs.items()]
                 )
-            for w in range(self.n_workers):
-                self._spawn(w)
-            for w in range(self.n_workers):
-                self._handshake(w)
-                self._share(w)
         except BaseException:
             self.close()
             raise
@@ -781,13 +804,14 @@ class AsyncEnvPool:
                 if self._lost:
                     work[k] = (i, action, self._lost.pop(i, None))
         for w, work in by_worker.items():
-            if self._local is not None:
-                results, errors = self._local.step(work)
-                self._ready.extend((self._seq, result) for result in results)
-                self._errors.update(errors)
-            elif self._post(w, ("step", work)):
+            if w != self._local_group and self._post(w, ("step", work)):
                 self._pending[w].append(("step", self._seq))
-            # else: respawned, and the respawn reports these envs' steps truncated
+            # else: local (stepped below, while the workers step theirs), or respawned (the respawn reports these
+            # envs' steps truncated)
+        if self._local is not None and self._local_group in by_worker:
+            results, errors = self._local.step(by_worker[self._local_group])
+            self._ready.extend((self._seq, result) for result in results)
+            self._errors.update(errors)
 
     def recv(
         self, min_ready: int = 1, timeout: float | None = None
@@ -894,16 +918,20 @@ class AsyncEnvPool:
 
     # ---------------------------------------------------------------- synchronous commands
     def _sync(self, command: str, by_worker: dict[int, Any]) -> list[Any]:
-        """Send ``command`` to each worker with its data, then wait for the replies (after the steps it had in flight)."""
-        if self._local is not None:
-            return [self._local.reset(data) if command == "reset" else self._local.call(*data) for data in by_worker.values()]
+        """Send ``command`` to each worker with its data, then wait for the replies (after the steps it had in flight);
+        this process's envs serve theirs meanwhile."""
         for w in by_worker:
             if w in self._dead:
                 raise self._dead[w]
         for w, data in by_worker.items():
-            self._post_sync(w, (command, data))
+            if w != self._local_group:
+                self._post_sync(w, (command, data))
         replies = []
-        for w in by_worker:
+        for w, data in by_worker.items():
+            if w == self._local_group:
+                assert self._local is not None
+                replies.append(self._local.reset(data) if command == "reset" else self._local.call(*data))
+                continue
             try:
                 _, reply = self._receive(w, timeout=None)
             except _Respawned:  # died before answering: ask its replacement
@@ -1008,7 +1036,8 @@ class AsyncEnvPool:
 
     def __repr__(self) -> str:
         return (
-            f"AsyncEnvPool(n_envs={self.n_envs}, n_workers={self.n_workers}, autoreset={self.autoreset},"
+            f"AsyncEnvPool(n_envs={self.n_envs}, n_workers={self.n_workers}, local_envs={self.local_envs},"
+            f" autoreset={self.autoreset},"
             f" backend={self.backend!r})"
         )
 
