@@ -125,7 +125,7 @@ class Stepper:
             self.pool = AsyncEnvPool(factories, n_workers=8 if "n_workers=8" in engine else None)
             self.pool.reset(seed=0)
         elif engine.startswith("AsyncEnvPool"):
-            self.venv: Any = AsyncEnvPool(factories, **POOL_KWARGS[engine]).as_vec_env()
+            self.venv: Any = AsyncEnvPool(factories, **POOL_KWARGS[engine.removesuffix(" step")]).as_vec_env()
         elif engine == "SubprocVecEnv":
             self.venv = SubprocVecEnv(factories)
         elif engine == "DummyVecEnv":

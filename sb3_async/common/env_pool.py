@@ -787,21 +787,24 @@ class AsyncEnvPool:
 
     def _send(self, items: list[tuple[int, Any]]) -> None:
         """Send checked actions ``(id, action)``, grouped into one message per worker."""
+        # Every check before anything changes (this runs once per step of every env: kept lean)
+        in_flight, worker_of = self._in_flight, self._worker_of
         by_worker: dict[int, list[tuple[int, Any, str | None]]] = {}
         for i, action in items:
-            if i in self._in_flight:
+            if i in in_flight:
                 raise ValueError(f"Env {i} has a step not received yet: recv() it before sending it another action")
-            if not self.autoreset and i not in self.agents:
-                raise ValueError(f"Env {i} has ended (terminated or truncated) and autoreset=False: reset() it first")
-            w = self._worker_of[i]
-            if w in self._dead:
-                raise self._dead[w]
-            by_worker.setdefault(w, []).append((i, action, None))
+            by_worker.setdefault(worker_of[i], []).append((i, action, None))
+        if not self.autoreset:
+            for i, _ in items:
+                if i not in self.agents:
+                    raise ValueError(f"Env {i} has ended (terminated or truncated) and autoreset=False: reset() it first")
+        for w in by_worker.keys() & self._dead.keys():
+            raise self._dead[w]
         self._seq += 1
-        for work in by_worker.values():
-            for k, (i, action, _) in enumerate(work):
-                self._in_flight[i] = self._seq
-                if self._lost:
+        in_flight.update(dict.fromkeys([i for i, _ in items], self._seq))
+        if self._lost:  # envs of a respawned worker: their next step reports the truncation
+            for work in by_worker.values():
+                for k, (i, action, _) in enumerate(work):
                     work[k] = (i, action, self._lost.pop(i, None))
         for w, work in by_worker.items():
             if w != self._local_group and self._post(w, ("step", work)):

@@ -69,7 +69,8 @@ class PoolVecEnv(VecEnv):
         self.pool._send(self._check_actions(actions))
 
     def step_wait(self) -> VecEnvStepReturn:
-        results = sorted(self.pool._collect(set(self._all_ids), None, self.num_envs, only=True), key=lambda r: r[0])
+        # Sent together, so received ordered by id (the pool returns results oldest send first, then by id)
+        results = self.pool._collect(set(self._all_ids), None, self.num_envs, only=True)
         obs = self.pool._obs.read(slice(None))
         rewards = np.array([result[1] for result in results], dtype=np.float32)
         dones = np.array([result[2] or result[3] for result in results], dtype=bool)
