@@ -168,7 +168,8 @@ def report(out_dir: Path) -> None:
         "evaluation off the clock: 10 deterministic episodes every `eval_freq` steps; a run stops at its threshold). "
         "Seconds are training seconds on a 2-core machine: seeds 0-2 and seed 3 of the first three configurations ran "
         "while other jobs shared the machine (load 7 to 25), the other runs of seeds 3-4 two at a time on an otherwise "
-        "idle machine (2026-11-24), so seconds compare configurations only within a seed, and barely there. TD3 as in the rl-zoo except net [64, 64], learning_starts 1000 and, on MountainCar, "
+        "idle machine (2026-11-24), so seconds compare configurations only within a seed, and barely there. "
+        "TD3 as in the rl-zoo except net [64, 64], learning_starts 1000 and, on MountainCar, "
         "train_freq 4. Noise: Normal and OU with the zoo's sigma (Pendulum 0.1, MountainCar 0.5; SB3's OU dt 0.01), "
         "RandomWalk with its defaults (sigma 0.05, reflect at 1).",
         "",
