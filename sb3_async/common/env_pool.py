@@ -417,9 +417,10 @@ class AsyncEnvPool:
         fastest for envs cheaper than a message, as ``DummyVecEnv``, though ``send`` then blocks)
     :param local_envs: how many envs this process steps itself while the workers step the others (default: every env
         when ``n_workers=0``, else none). The last ``local_envs`` ids are stepped here, after the workers were sent
-        theirs, so both run at once: on 2 cores, ``n_workers=1, local_envs=n_envs // 2`` keeps this process busy where
-        it would wait, for envs whose step costs more than a message (MuJoCo, Atari); ``send`` then blocks while the
-        local envs step
+        theirs, so both run at once and this process works where it would wait; ``send`` then blocks while the local
+        envs step. Whether that beats ``n_workers=0`` depends on the envs and the machine: on 2 cores, with 8 envs,
+        ``n_workers=1, local_envs=4`` was slower than ``n_workers=0`` on CartPole and HalfCheetah and within ±10 % of it
+        on Pong (docs/benchmarks.md, "AsyncEnvPool speed")
     :param autoreset: ``True`` (default): same-step autoreset, an env that ends is reset in its worker and the step
         returns the new episode's first observation, the last observation and info in ``infos[id]["final_obs"]`` and
         ``infos[id]["final_info"]`` (no discarded action, no fake transition, as SB3's VecEnvs); ``False``:
