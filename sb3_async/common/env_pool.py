@@ -419,7 +419,7 @@ class AsyncEnvPool:
         when ``n_workers=0``, else none). The last ``local_envs`` ids are stepped here, after the workers were sent
         theirs, so both run at once and this process works where it would wait; ``send`` then blocks while the local
         envs step. Whether that beats ``n_workers=0`` depends on the envs and the machine: on 2 cores, with 8 envs,
-        ``n_workers=1, local_envs=4`` was slower than ``n_workers=0`` on CartPole and HalfCheetah and within ±10 % of it
+        ``n_workers=1, local_envs=4`` was slower than ``n_workers=0`` on CartPole and HalfCheetah and within ±15 % of it
         on Pong (docs/benchmarks.md, "AsyncEnvPool speed")
     :param autoreset: ``True`` (default): same-step autoreset, an env that ends is reset in its worker and the step
         returns the new episode's first observation, the last observation and info in ``infos[id]["final_obs"]`` and
