@@ -1,0 +1,41 @@
+"""A3C on Pendulum-v1: one-change variants of the zoo entry, through the benchmark tool's protocol (issue 18).
+
+Registers a ``pendulum_a3c_variants`` suite (A3C only, evaluation every 2000 steps, 120 s per run) and runs it with
+the benchmark's command line. Measured on 2026-11-24 when the entry was 2 workers x 4 envs (its "default" then),
+against 2 x 8 envs, learning rate lin_1.5e-3 and n_steps 5: benchmarks/results/pendulum_a3c_variants/. The entry
+is now 2 x 8 envs, so this script's variants are now 2 x 4 envs, lin_1.5e-3 and n_steps 5 from that.
+
+Usage: python scripts/pendulum_a3c_variants.py --suite pendulum_a3c_variants --seeds 3 --out DIR --no-progress
+"""
+
+import sys
+
+from sb3_async.benchmark.__main__ import main
+from sb3_async.benchmark.suites import Suite, Variant, register_suite
+
+
+def variants(entry):
+    if entry.name != "a3c":
+        return [Variant()]
+    return [
+        Variant(axes={"change": "none"}),
+        Variant("2x4 envs", {"n_envs": 8, "n_envs_per_worker": 4}, {"change": "2x4 envs"}),
+        Variant("lr lin_1.5e-3", {"learning_rate": "lin_1.5e-3"}, {"change": "lr lin_1.5e-3"}),
+        Variant("n_steps 5", {"n_steps": 5}, {"change": "n_steps 5"}),
+    ]
+
+
+register_suite(
+    Suite(
+        "pendulum_a3c_variants",
+        "A3C Pendulum-v1 zoo-entry variants",
+        "race",
+        ("Pendulum-v1",),
+        eval_interval=2_000,
+        budget_seconds=120,
+        algos=("a3c",),
+        include_peers=False,
+        variants=variants,
+    )
+)
+sys.exit(main(sys.argv[1:]))
