@@ -38,7 +38,35 @@ from sb3_async import AsyncEnvPool
 N_ENVS = 8
 TASKS = {"CartPole-v1": "CartPole-v1", "HalfCheetah-v5": "HalfCheetah-v5", "Pong": "PongNoFrameskip-v4"}
 MIXED = f"AsyncEnvPool(n_workers=1, local_envs={N_ENVS // 2})"
+ENVPOOL = "AsyncEnvPool(engine=envpool)"
 ENGINES = ["AsyncEnvPool", "AsyncEnvPool(n_workers=0)", MIXED, "SubprocVecEnv", "DummyVecEnv", "gym AsyncVectorEnv"]
+try:  # the EnvPool engine where EnvPool is installed (Python <= 3.11)
+    import envpool  # noqa: F401
+
+    ENGINES.insert(3, ENVPOOL)
+except ImportError:
+    pass
+#: The EnvPool engine's env per task, with what makes it step as the gymnasium env does: Pong raw (one frame per step,
+#: 210x160 RGB, no no-op starts, no stacking), as PongNoFrameskip-v4, not EnvPool's DQN-style Atari defaults
+ENVPOOL_ENVS: dict[str, tuple[str, dict[str, Any]]] = {
+    "CartPole-v1": ("CartPole-v1", {}),
+    "HalfCheetah-v5": ("HalfCheetah-v5", {}),
+    "Pong": (
+        "Pong-v5",
+        {
+            "frame_skip": 1,
+            "stack_num": 1,
+            "gray_scale": False,
+            "img_height": 210,
+            "img_width": 160,
+            "noop_max": 1,
+            "episodic_life": False,
+            "reward_clip": False,
+            "repeat_action_probability": 0.0,
+            "max_episode_steps": 108_000,
+        },
+    ),
+}
 #: AsyncEnvPool's keyword arguments per engine name (the default layout: one worker per core)
 POOL_KWARGS: dict[str, dict[str, int]] = {
     "AsyncEnvPool": {},
@@ -124,6 +152,9 @@ class Stepper:
         if self.min_ready:
             self.pool = AsyncEnvPool(factories, n_workers=8 if "n_workers=8" in engine else None)
             self.pool.reset(seed=0)
+        elif engine == ENVPOOL:
+            env_id, env_kwargs = ENVPOOL_ENVS[task]
+            self.venv = AsyncEnvPool(env_id, N_ENVS, engine="envpool", env_kwargs=env_kwargs).as_vec_env()
         elif engine.startswith("AsyncEnvPool"):
             self.venv: Any = AsyncEnvPool(factories, **POOL_KWARGS[engine.removesuffix(" step")]).as_vec_env()
         elif engine == "SubprocVecEnv":
@@ -189,6 +220,7 @@ def report(rates: dict[str, dict[str, list[float]]], args: argparse.Namespace, l
         per_round = [value / max(rates[task][ref][k] for ref in refs) for k, value in enumerate(rates[task][engine])]
         return statistics.median(per_round)
 
+    pools = [engine for engine in ENGINES if engine.startswith("AsyncEnvPool") and engine in rates[next(iter(TASKS))]]
     if args.paired:
         protocol = (
             f"Per task, one fresh process holds every engine open and steps them in bursts of {args.seconds} s, engine"
@@ -210,16 +242,13 @@ def report(rates: dict[str, dict[str, list[float]]], args: argparse.Namespace, l
         "",
         "## Synchronous stepping (`VecEnv.step`): env steps/s and ratio to the fastest of the three baselines",
         "",
-        "| task | " + " | ".join(ENGINES) + " | AsyncEnvPool / fastest baseline | n_workers=0 / fastest baseline"
-        f" | n_workers=1, local_envs={N_ENVS // 2} / fastest baseline |",
-        "|---" * (len(ENGINES) + 4) + "|",
+        "| task | " + " | ".join(ENGINES) + " | " + " | ".join(f"{engine} / fastest baseline" for engine in pools) + " |",
+        "|---" * (len(ENGINES) + len(pools) + 1) + "|",
     ]
     for task in TASKS:
         cells = " | ".join(f"{statistics.median(rates[task][engine]):,.0f}" for engine in ENGINES)
-        lines.append(
-            f"| {task} | {cells} | {ratio(task, 'AsyncEnvPool', BASELINES):.2f} |"
-            f" {ratio(task, 'AsyncEnvPool(n_workers=0)', BASELINES):.2f} | {ratio(task, MIXED, BASELINES):.2f} |"
-        )
+        ratios = " | ".join(f"{ratio(task, engine, BASELINES):.2f}" for engine in pools)
+        lines.append(f"| {task} | {cells} | {ratios} |")
     lines += [
         "",
         f"## Uneven step times ({SLEEP_TASK})",

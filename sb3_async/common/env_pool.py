@@ -53,11 +53,15 @@ from sb3_async.common.runtime.processes import (
 )
 
 if TYPE_CHECKING:
+    from sb3_async.common.envpool_engine import EnvPoolGroup
     from sb3_async.common.pool_vec_env import PoolVecEnv
     from sb3_async.common.runtime.ray_env import RayEnvHosts
 
 EnvFactory = Callable[[], gym.Env]
 ON_ERROR = ("raise", "restart")
+#: What steps the envs: gymnasium envs in worker processes (or this one), or EnvPool's C++ envs and threads
+#: (:mod:`sb3_async.common.envpool_engine`).
+ENGINES = ("gymnasium", "envpool")
 #: Where the envs run: worker processes on this machine, or Ray actors on a Ray cluster (the algorithms' backends).
 BACKENDS = ("mp", "ray")
 #: Keys the same-step autoreset adds to an ended env's info (gymnasium 1.x's names for its same-step vector mode).
@@ -171,6 +175,14 @@ class _Worker:
         self.autoreset, self.on_error = autoreset, on_error
         self.envs = {i: factories[k]() for k, i in enumerate(ids)}
         self.obs: SharedObs | None = None
+
+    @property
+    def spaces(self) -> list[tuple[int, spaces.Space, spaces.Space]]:
+        return [(i, env.observation_space, env.action_space) for i, env in self.envs.items()]
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            env.close()
 
     def rebuild(self, i: int) -> None:
         with contextlib.suppress(Exception):  # the env is broken already: its replacement matters, not its close()
@@ -299,7 +311,7 @@ def _worker_main(
     _watch_parent(parent_pid)
     try:
         worker = _Worker(ids, cloudpickle.loads(factories_blob), autoreset, on_error)
-        conn.send(("spaces", [(i, env.observation_space, env.action_space) for i, env in worker.envs.items()]))
+        conn.send(("spaces", worker.spaces))
         fd = reduction.recv_handle(conn)
         worker.obs = SharedObs(worker.envs[ids[0]].observation_space, conn.recv(), fd)
         while True:
@@ -311,8 +323,7 @@ def _worker_main(
             elif command == "call":
                 conn.send(("call", worker.call(*data)))
             elif command == "close":
-                for env in worker.envs.values():
-                    env.close()
+                worker.close()
                 conn.send(("closed", None))
                 break
     except (EOFError, OSError, KeyboardInterrupt):
@@ -436,6 +447,11 @@ class AsyncEnvPool:
     :param backend_kwargs: ``backend="ray"``: ``address`` (default ``RAY_ADDRESS``, else a Ray initialized in this
         process, else a local Ray started for the pool and shut down at :meth:`close`), ``init_kwargs`` (for
         ``ray.init``), ``num_cpus_per_worker`` (Ray CPUs per host, 1) and ``start_timeout`` (seconds, 300)
+    :param engine: ``"gymnasium"`` (default): gymnasium envs, in the worker processes or this one; ``"envpool"``:
+        EnvPool's C++ envs (``env`` an EnvPool id, ``env_kwargs`` for ``envpool.make``), stepped by EnvPool's threads
+        in this process, with the pool's ids, dialects and autoreset semantics; ``send`` then blocks until the envs
+        sent have stepped. Its differences (ids, Atari defaults, seeding, no per-env Python objects) are listed in
+        :mod:`sb3_async.common.envpool_engine` (``pip install "sb3-async[envpool]"``, Python 3.11 or earlier)
     """
 
     metadata: dict[str, Any]
@@ -453,10 +469,28 @@ class AsyncEnvPool:
         start_method: str = "forkserver",
         backend: str = "mp",
         backend_kwargs: dict[str, Any] | None = None,
+        engine: str = "gymnasium",
     ):
         if n_envs is not None:
             n_envs = _check_int("n_envs", n_envs, 1)
-        self._factories = _make_factories(env, n_envs, env_kwargs)
+        if engine not in ENGINES:
+            raise ValueError(f"Invalid engine={engine!r}: expected one of {', '.join(ENGINES)}")
+        self.engine = engine
+        if engine == "envpool":
+            if not isinstance(env, str):
+                raise TypeError(f"engine='envpool' builds EnvPool's envs from an env id (envpool.list_all_envs()): {env!r}")
+            for name, value, allowed in (
+                ("n_workers", n_workers, (None, 0)),
+                ("local_envs", local_envs, (None, n_envs or 1)),
+                ("on_error", on_error, ("raise",)),
+                ("backend", backend, ("mp",)),
+            ):
+                if value not in allowed:
+                    raise ValueError(f"Invalid {name}={value!r} with engine='envpool': EnvPool's threads step every env")
+            n_workers = 0
+            self._factories: list[Any] = [None] * (1 if n_envs is None else n_envs)
+        else:
+            self._factories = _make_factories(env, n_envs, env_kwargs)
         self.n_envs = len(self._factories)
         if self.n_envs == 0:
             raise ValueError("At least one env factory is needed")
@@ -496,7 +530,7 @@ class AsyncEnvPool:
         self._local_group = self.n_workers if self.local_envs else None
         self._worker_of = [w for w, ids in enumerate(self._worker_ids) for _ in ids]  # env id -> group
         n_groups = len(self._worker_ids)
-        self._local: _Worker | None = None
+        self._local: _Worker | EnvPoolGroup | None = None
         self._procs: list[Any] = [None] * self.n_workers
         self._conns: list[Any] = [None] * self.n_workers
         self._obs_list: list[SharedObs] = []
@@ -521,16 +555,18 @@ class AsyncEnvPool:
         try:
             for w in range(self.n_workers):
                 self._spawn(w)
-            if self._local_group is not None:  # built while the workers start
+            if engine == "envpool":
+                from sb3_async.common.envpool_engine import EnvPoolGroup
+
+                self._local = EnvPoolGroup(env, self.n_envs, env_kwargs, autoreset)  # type: ignore[arg-type]
+            elif self._local_group is not None:  # built while the workers start
                 local_ids = self._worker_ids[self._local_group]
                 self._local = _Worker(local_ids, [self._factories[i] for i in local_ids], autoreset, on_error)
             for w in range(self.n_workers):  # worker 0 first: env 0's spaces are the pool's
                 self._handshake(w)
                 self._share(w)
             if self._local is not None:
-                self._local.obs = self._check_spaces(
-                    [(i, env.observation_space, env.action_space) for i, env in self._local.envs.items()]
-                )
+                self._local.obs = self._check_spaces(self._local.spaces)
         except BaseException:
             self.close()
             raise
@@ -1028,8 +1064,7 @@ class AsyncEnvPool:
         self._closed = True
         self._finalizer.detach()
         if self._local is not None:
-            for env in self._local.envs.values():
-                env.close()
+            self._local.close()
         _shutdown(self._procs, self._conns, self._pending, self._obs_list, timeout, self._hosts)
 
     def __enter__(self) -> AsyncEnvPool:
@@ -1042,7 +1077,7 @@ class AsyncEnvPool:
         return (
             f"AsyncEnvPool(n_envs={self.n_envs}, n_workers={self.n_workers}, local_envs={self.local_envs},"
             f" autoreset={self.autoreset},"
-            f" backend={self.backend!r})"
+            f" backend={self.backend!r}, engine={self.engine!r})"
         )
 
 
