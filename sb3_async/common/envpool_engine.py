@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from sb3_async.common.env_pool import FINAL_INFO, FINAL_OBS, _Missing
+
 #: Per-env info keys of EnvPool's that describe the batch, not the env.
 _BATCH_KEYS = ("env_id", "players")
 
@@ -60,8 +62,10 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-def _fresh_seed() -> int:
-    return int(np.random.SeedSequence().entropy % (2**31 - 1))  # type: ignore[operator]
+def _fresh_seeds(n_envs: int) -> list[int]:
+    """Seeds ``s + i`` for a seed ``s`` drawn from the OS, each within EnvPool's int32 seeds."""
+    start = int(np.random.SeedSequence().entropy % (2**31 - 1 - n_envs))  # type: ignore[operator]
+    return [start + i for i in range(n_envs)]
 
 
 class EnvPoolGroup:
@@ -84,7 +88,7 @@ class EnvPoolGroup:
         self.env_id, self.n_envs, self.kwargs, self.autoreset = env_id, n_envs, kwargs, autoreset
         self.ids = list(range(n_envs))
         self._make = envpool.make
-        self.env = self._build([_fresh_seed() + i for i in self.ids])
+        self.env = self._build(_fresh_seeds(n_envs))
         self.obs: Any = None  # the pool's SharedObs, set by the pool
         observation_space, action_space = self.env.observation_space, self.env.action_space
         self.spaces = [(i, observation_space, action_space) for i in self.ids]
@@ -129,7 +133,7 @@ class EnvPoolGroup:
             obs = obs.copy()
             for k in ended:
                 r = position[int(order[k])]
-                infos[k] = {**reset_infos[r], "final_obs": obs[k].copy(), "final_info": infos[k]}
+                infos[k] = {**reset_infos[r], FINAL_OBS: obs[k].copy(), FINAL_INFO: infos[k]}
                 obs[k] = reset_obs[r]
         self.obs.write(order, obs)
         results = [
@@ -155,8 +159,6 @@ class EnvPoolGroup:
         return list(zip(map(int, order), self._infos(info, len(order)))), {}
 
     def call(self, ids: list[int], what: str, name: str, args: tuple, kwargs: dict) -> tuple[list[Any], dict[int, str]]:
-        from sb3_async.common.env_pool import _Missing
-
         if what == "get_attr" and name == "render_mode":  # no rendering: what SB3's VecEnv asks at its start
             return [None for _ in ids], {}
         if what == "get_attr":
