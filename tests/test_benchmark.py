@@ -286,6 +286,10 @@ def test_runs_are_interleaved_and_carry_the_suite_settings() -> None:
     assert runs[0].config == str(REPO / "zoo_configs" / "a3c.yml")
     assert runs[1].config.endswith(os.path.join("rl_zoo3", "hyperparams", "a2c.yml"))
     assert suites.RunSpec.from_dict(json.loads(json.dumps(runs[0].to_dict()))) == runs[0]
+    later = suites.plan_runs(suites.get_suite("cartpole"), algos=["a3c"], seeds=2, first_seed=3)
+    assert [(run.seed, run.run_id) for run in later] == [(3, "CartPole-v1-a3c-s3"), (4, "CartPole-v1-a3c-s4")]
+    with pytest.raises(ValueError, match="Invalid first_seed=-1"):
+        suites.plan_runs(suites.get_suite("cartpole"), algos=["a3c"], first_seed=-1)
 
 
 def test_a_new_algorithm_joins_by_registering(restore_registry: None) -> None:

@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--suite", help="the suite to run (see --list)")
     parser.add_argument("--out", type=Path, help="output folder (default: benchmarks/results/<suite>)")
     parser.add_argument("--seeds", type=int, help="number of seeds (0 .. N-1; default: the suite's)")
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="first seed (seeds K .. K+N-1; to add seeds to an earlier run)"
+    )
     parser.add_argument("--algos", help="comma-separated algorithms (default: the suite's, with their SB3 peers)")
     parser.add_argument("--budget-seconds", type=float, help="training-clock budget per run (default: the suite's)")
     parser.add_argument(
@@ -83,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             algos = [name.strip() for name in args.algos.split(",") if name.strip()]
             for name in algos:
                 get_algorithm(name)
-        plan_runs(suite, algos=algos, seeds=args.seeds, budget_seconds=args.budget_seconds)  # validate before running
+        # validate before running
+        plan_runs(suite, algos=algos, seeds=args.seeds, budget_seconds=args.budget_seconds, first_seed=args.first_seed)
     except ValueError as error:
         parser.error(str(error))
     out = args.out if args.out is not None else Path("benchmarks") / "results" / suite.name
@@ -98,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch_threads=args.torch_threads,
         progress=not args.no_progress,
         command=command,
+        first_seed=args.first_seed,
     )
     written = write_report(results, out, plots=not args.no_plots)
     failed = [run["run_id"] for run in results["runs"] if run.get("error")]

@@ -204,11 +204,18 @@ def run_suite(
     torch_threads: int | None = -1,
     progress: bool = True,
     command: Sequence[str] | None = None,
+    first_seed: int = 0,
 ) -> dict[str, Any]:
     """Run ``suite`` (see :func:`~sb3_async.benchmark.suites.plan_runs` for the arguments) and write
     ``out_dir/results.json``; logs of failed runs go to ``out_dir/logs/``. Returns the results."""
     runs = plan_runs(
-        suite, algos=algos, seeds=seeds, budget_seconds=budget_seconds, device=device, torch_threads=torch_threads
+        suite,
+        algos=algos,
+        seeds=seeds,
+        budget_seconds=budget_seconds,
+        device=device,
+        torch_threads=torch_threads,
+        first_seed=first_seed,
     )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -196,11 +196,13 @@ def plan_runs(
     budget_seconds: float | None = None,
     device: str = "cpu",
     torch_threads: int | None = -1,
+    first_seed: int = 0,
 ) -> list[RunSpec]:
     """Every run of ``suite``, interleaved: ``for seed: for env: for algorithm: for variant``.
 
     :param algos: restrict to these algorithms (default: :func:`select_algorithms`)
     :param seeds: number of seeds (default: the suite's)
+    :param first_seed: the seeds are ``first_seed .. first_seed + seeds - 1`` (to add seeds to an earlier run)
     :param budget_seconds: training-clock budget per run (default: the suite's)
     :param device: torch device of the models (the same for every algorithm)
     :param torch_threads: torch threads of each run's main process (default -1: the suite's; 0 or None: torch's
@@ -210,10 +212,12 @@ def plan_runs(
     n_seeds = suite.seeds if seeds is None else int(seeds)
     if n_seeds < 1:
         raise ValueError(f"Invalid seeds={seeds!r}: expected an integer >= 1")
+    if isinstance(first_seed, bool) or not isinstance(first_seed, int) or first_seed < 0:
+        raise ValueError(f"Invalid first_seed={first_seed!r}: expected an integer >= 0")
     budget = suite.budget_seconds if budget_seconds is None else float(budget_seconds)
     threads = suite.torch_threads if torch_threads == -1 else (torch_threads or None)
     runs: list[RunSpec] = []
-    for seed in range(n_seeds):
+    for seed in range(first_seed, first_seed + n_seeds):
         for env_id in suite.envs:
             env = get_env(env_id)
             for name in names:
