@@ -254,9 +254,10 @@ def test_recv_timeout_keeps_the_results():
 
 
 # ---------------------------------------------------------------------------------------------------- SB3 VecEnv
-def test_vec_env_gives_the_transitions_of_subproc_vec_env():
+@pytest.mark.parametrize("layout", [{}, {"n_workers": 0}])  # n_workers=0: PoolVecEnv steps the envs directly
+def test_vec_env_gives_the_transitions_of_subproc_vec_env(layout):
     factories = [lambda: RecordEpisodeStatistics(gym.make("CartPole-v1", max_episode_steps=20))] * 2
-    pool_env = AsyncEnvPool(factories).as_vec_env()
+    pool_env = AsyncEnvPool(factories, **layout).as_vec_env()
     subproc = SubprocVecEnv(factories, start_method="fork")  # fork: its workers skip importing SB3 and torch again
     rng = np.random.default_rng(0)
     try:
@@ -397,6 +398,31 @@ def test_an_env_error_names_the_env_and_spares_the_others():
         check_env_1_error_spares_the_others(pool)
         obs, *_ = pool.step({0: 1, 2: 1})
         assert sorted(obs) == [0, 2]
+
+
+def test_in_process_vec_env_reports_errors_and_restarts():
+    """n_workers=0: the VecEnv steps the envs directly; errors and restarts read as through the workers."""
+    venv = AsyncEnvPool([cartpole(), failing(2), cartpole()], n_workers=0).as_vec_env()
+    try:
+        venv.reset()
+        venv.step(np.array([0, 0, 0]))
+        with pytest.raises(EnvError, match="(?s)Env 1 of the AsyncEnvPool raised in step.*boom in step"):
+            venv.step(np.array([0, 0, 0]))
+        with pytest.raises(RuntimeError, match="step_wait\\(\\) without step_async"):
+            venv.step_wait()
+    finally:
+        venv.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        venv.step(np.array([0, 0, 0]))
+    venv = AsyncEnvPool([failing(2), cartpole()], n_workers=0, on_error="restart").as_vec_env()
+    try:
+        first = venv.reset()
+        first, *_ = venv.step(np.array([0, 0]))
+        _, _, dones, infos = venv.step(np.array([0, 0]))
+        assert dones[0] and not dones[1] and infos[0]["TimeLimit.truncated"] and "boom in step" in infos[0]["error"]
+        np.testing.assert_array_equal(infos[0]["terminal_observation"], first[0])
+    finally:
+        venv.close()
 
 
 def test_reset_errors_and_factory_errors_are_reported():

@@ -14,7 +14,7 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
-from sb3_async.common.env_pool import FINAL_INFO, FINAL_OBS, AsyncEnvPool
+from sb3_async.common.env_pool import FINAL_INFO, FINAL_OBS, AsyncEnvPool, EnvError
 
 
 class PoolVecEnv(VecEnv):
@@ -40,13 +40,18 @@ class PoolVecEnv(VecEnv):
         self.pool = pool
         super().__init__(pool.n_envs, pool.observation_space(0), pool.action_space(0))
         self._all_ids = list(range(self.num_envs))
+        # Every env in this process (n_workers=0, or engine="envpool"): step them directly, without the bookkeeping
+        # of steps in flight that sending to worker processes needs. What they return is the same.
+        self._direct = pool.n_workers == 0 and pool.local_envs == pool.n_envs
+        self._direct_work: list[tuple[int, Any, None]] | None = None
 
     def _check_actions(self, actions: np.ndarray) -> list[tuple[int, Any]]:
         """The actions as ``(id, action)``, checked against the action space in one vectorised test."""
         space, n = self.action_space, self.num_envs
         array = np.asarray(actions)
+        # dtype.kind, not np.issubdtype: this runs at every step and issubdtype costs more than a small env's step
         if isinstance(space, spaces.Box):
-            if array.shape != (n, *space.shape) or not np.issubdtype(array.dtype, np.number):
+            if array.shape != (n, *space.shape) or array.dtype.kind not in "biuf":
                 raise ValueError(f"Invalid actions of shape {array.shape}: expected {(n, *space.shape)} numbers for {space}")
             array = array.astype(space.dtype, copy=False)
             inside = bool(np.all(array >= space.low) and np.all(array <= space.high))
@@ -54,7 +59,7 @@ class PoolVecEnv(VecEnv):
             array = array.reshape(n) if array.size == n else array
             inside = (
                 array.shape == (n,)
-                and np.issubdtype(array.dtype, np.integer)
+                and array.dtype.kind in "iu"
                 and bool(np.all((array >= space.start) & (array < space.start + space.n)))
             )
         else:
@@ -66,11 +71,27 @@ class PoolVecEnv(VecEnv):
         return list(zip(self._all_ids, array))
 
     def step_async(self, actions: np.ndarray) -> None:
-        self.pool._send(self._check_actions(actions))
+        items = self._check_actions(actions)
+        if self._direct:
+            self.pool._check_open()
+            self._direct_work = [(i, action, None) for i, action in items]
+        else:
+            self.pool._send(items)
 
     def step_wait(self) -> VecEnvStepReturn:
-        # Sent together, so received ordered by id (the pool returns results oldest send first, then by id)
-        results = self.pool._collect(set(self._all_ids), None, self.num_envs, only=True)
+        if self._direct:
+            if self._direct_work is None:
+                raise RuntimeError("step_wait() without step_async(): no step was sent")
+            work, self._direct_work = self._direct_work, None
+            assert self.pool._local is not None
+            results, errors = self.pool._local.step(work)
+            if errors:
+                first = min(errors)
+                raise EnvError(first, "step()", errors[first])
+            results.sort(key=lambda result: result[0])  # EnvPool returns its own order
+        else:
+            # Sent together, so received ordered by id (the pool returns results oldest send first, then by id)
+            results = self.pool._collect(set(self._all_ids), None, self.num_envs, only=True)
         obs = self.pool._obs.read(slice(None))
         rewards = np.array([result[1] for result in results], dtype=np.float32)
         dones = np.array([result[2] or result[3] for result in results], dtype=bool)
