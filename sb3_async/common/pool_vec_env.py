@@ -43,7 +43,7 @@ class PoolVecEnv(VecEnv):
         # Every env in this process (n_workers=0, or engine="envpool"): step them directly, without the bookkeeping
         # of steps in flight that sending to worker processes needs. What they return is the same.
         self._direct = pool.n_workers == 0 and pool.local_envs == pool.n_envs
-        self._direct_work: list[tuple[int, Any, None]] | None = None
+        self._direct_work: list[tuple[int, Any, str | None]] | None = None
 
     def _check_actions(self, actions: np.ndarray) -> list[tuple[int, Any]]:
         """The actions as ``(id, action)``, checked against the action space in one vectorised test."""
