@@ -37,30 +37,25 @@ def robustness_variants(entry):
     ]
 
 
-register_suite(
-    Suite(
+for name, description, make_variants in (
+    (
         "pendulum_a3c_robustness",
         "A3C Pendulum-v1: the 2 x 8 entry against lin_7e-4, for seeds reaching -200",
-        "race",
-        ("Pendulum-v1",),
-        eval_interval=2_000,
-        budget_seconds=120,
-        algos=("a3c",),
-        include_peers=False,
-        variants=robustness_variants,
+        robustness_variants,
+    ),
+    ("pendulum_a3c_variants", "A3C Pendulum-v1 zoo-entry variants", variants),
+):
+    register_suite(
+        Suite(
+            name,
+            description,
+            "race",
+            ("Pendulum-v1",),
+            eval_interval=2_000,
+            budget_seconds=120,
+            algos=("a3c",),
+            include_peers=False,
+            variants=make_variants,
+        )
     )
-)
-register_suite(
-    Suite(
-        "pendulum_a3c_variants",
-        "A3C Pendulum-v1 zoo-entry variants",
-        "race",
-        ("Pendulum-v1",),
-        eval_interval=2_000,
-        budget_seconds=120,
-        algos=("a3c",),
-        include_peers=False,
-        variants=variants,
-    )
-)
 sys.exit(main(sys.argv[1:]))
