@@ -290,6 +290,11 @@ def test_runs_are_interleaved_and_carry_the_suite_settings() -> None:
     assert [(run.seed, run.run_id) for run in later] == [(3, "CartPole-v1-a3c-s3"), (4, "CartPole-v1-a3c-s4")]
     with pytest.raises(ValueError, match="Invalid first_seed=-1"):
         suites.plan_runs(suites.get_suite("cartpole"), algos=["a3c"], first_seed=-1)
+    hopper = suites.plan_runs(suites.get_suite("mujoco"), algos=["ae_ddpg", "td3"], seeds=1, envs=["Hopper-v5"])
+    assert [run.run_id for run in hopper] == ["Hopper-v5-ae_ddpg-s0", "Hopper-v5-td3-s0"]
+    assert hopper[1].config_alias == "Hopper-v4"
+    with pytest.raises(ValueError, match="Invalid envs=.*'mujoco' runs HalfCheetah-v5, Hopper-v5"):
+        suites.plan_runs(suites.get_suite("mujoco"), envs=["Pendulum-v1"])
 
 
 def test_a_new_algorithm_joins_by_registering(restore_registry: None) -> None:
@@ -425,7 +430,7 @@ def test_a_failing_run_is_recorded_with_its_error(tmp_path: Path) -> None:
 def test_envs_have_the_protocol_thresholds() -> None:
     thresholds = {env_id: entry.threshold for env_id, entry in registry.ENVS.items()}
     assert thresholds == {"CartPole-v1": 475, "LunarLander-v3": 200, "Pendulum-v1": -200, "HalfCheetah-v5": 3000,
-                          "PongNoFrameskip-v4": 18, "CartPoleNoVel-v1": 475}  # fmt: skip
+                          "Hopper-v5": 3000, "PongNoFrameskip-v4": 18, "CartPoleNoVel-v1": 475}  # fmt: skip
     for entry in registry.ALGORITHMS.values():
         assert set(entry.envs) <= set(registry.ENVS)
         assert entry.config_path().is_file(), entry

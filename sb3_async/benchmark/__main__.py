@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--first-seed", type=int, default=0, help="first seed (seeds K .. K+N-1; to add seeds to an earlier run)"
     )
     parser.add_argument("--algos", help="comma-separated algorithms (default: the suite's, with their SB3 peers)")
+    parser.add_argument("--envs", help="comma-separated env ids: only these of the suite's envs (default: all)")
     parser.add_argument("--budget-seconds", type=float, help="training-clock budget per run (default: the suite's)")
     parser.add_argument(
         "--torch-threads",
@@ -86,8 +87,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             algos = [name.strip() for name in args.algos.split(",") if name.strip()]
             for name in algos:
                 get_algorithm(name)
+        envs = [env_id.strip() for env_id in args.envs.split(",") if env_id.strip()] if args.envs else None
         # validate before running
-        plan_runs(suite, algos=algos, seeds=args.seeds, budget_seconds=args.budget_seconds, first_seed=args.first_seed)
+        plan_runs(
+            suite,
+            algos=algos,
+            seeds=args.seeds,
+            budget_seconds=args.budget_seconds,
+            first_seed=args.first_seed,
+            envs=envs,
+        )
     except ValueError as error:
         parser.error(str(error))
     out = args.out if args.out is not None else Path("benchmarks") / "results" / suite.name
@@ -103,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress=not args.no_progress,
         command=command,
         first_seed=args.first_seed,
+        envs=envs,
     )
     written = write_report(results, out, plots=not args.no_plots)
     failed = [run["run_id"] for run in results["runs"] if run.get("error")]

@@ -165,6 +165,9 @@ register_env("CartPole-v1", 475)
 register_env("LunarLander-v3", 200, requires="pip install 'sb3-async[box2d]'")
 register_env("Pendulum-v1", -200)
 register_env("HalfCheetah-v5", 3000, requires="pip install 'sb3-async[mujoco]'")
+# Hopper-v5: a hopper that keeps hopping forward to the 1000-step limit scores ~3000 (gymnasium's reward_threshold is
+# 3800; HalfCheetah's 3000 is likewise below its 4800).
+register_env("Hopper-v5", 3000, requires="pip install 'sb3-async[mujoco]'")
 register_env("PongNoFrameskip-v4", 18, requires="pip install 'sb3-async[atari]'")
 # CartPole-v1 with its velocities masked (rl_zoo3's MaskVelocityWrapper; the zoo registers the id): a task that needs
 # memory; CartPole's threshold.
@@ -174,7 +177,7 @@ register_env("CartPoleNoVel-v1", 475)
 
 PONG = "PongNoFrameskip-v4"
 # The zoo ships MuJoCo entries for the v4 envs only; the v5 envs have the same dynamics and spaces.
-_MUJOCO_ALIASES = {"HalfCheetah-v5": "HalfCheetah-v4"}
+_MUJOCO_ALIASES = {"HalfCheetah-v5": "HalfCheetah-v4", "Hopper-v5": "Hopper-v4"}
 
 register_algorithm(
     "a3c",
@@ -197,7 +200,8 @@ for _name in ("async_one_step_q", "async_sarsa", "async_n_step_q"):
     )
 register_algorithm("apex_dqn", "sb3_async", peers="dqn", envs=("CartPole-v1", "LunarLander-v3", PONG))
 register_algorithm("apex_dpg", "sb3_async", peers=("td3", "ddpg"), envs=("Pendulum-v1",))
-register_algorithm("ae_ddpg", "sb3_async", peers=("td3", "ddpg"), envs=("Pendulum-v1", "HalfCheetah-v5"))
+_OFF_POLICY_CONTINUOUS = ("Pendulum-v1", "HalfCheetah-v5", "Hopper-v5")
+register_algorithm("ae_ddpg", "sb3_async", peers=("td3", "ddpg"), envs=_OFF_POLICY_CONTINUOUS)
 register_algorithm("dqn", "sb3", envs=("CartPole-v1", "LunarLander-v3", PONG))
-register_algorithm("ddpg", "sb3", envs=("Pendulum-v1", "HalfCheetah-v5"), config_aliases=_MUJOCO_ALIASES)
-register_algorithm("td3", "sb3", envs=("Pendulum-v1", "HalfCheetah-v5"), config_aliases=_MUJOCO_ALIASES)
+register_algorithm("ddpg", "sb3", envs=_OFF_POLICY_CONTINUOUS, config_aliases=_MUJOCO_ALIASES)
+register_algorithm("td3", "sb3", envs=_OFF_POLICY_CONTINUOUS, config_aliases=_MUJOCO_ALIASES)

@@ -205,6 +205,7 @@ def run_suite(
     progress: bool = True,
     command: Sequence[str] | None = None,
     first_seed: int = 0,
+    envs: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Run ``suite`` (see :func:`~sb3_async.benchmark.suites.plan_runs` for the arguments) and write
     ``out_dir/results.json``; logs of failed runs go to ``out_dir/logs/``. Returns the results."""
@@ -216,6 +217,7 @@ def run_suite(
         device=device,
         torch_threads=torch_threads,
         first_seed=first_seed,
+        envs=envs,
     )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

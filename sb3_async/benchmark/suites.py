@@ -197,12 +197,14 @@ def plan_runs(
     device: str = "cpu",
     torch_threads: int | None = -1,
     first_seed: int = 0,
+    envs: Sequence[str] | None = None,
 ) -> list[RunSpec]:
     """Every run of ``suite``, interleaved: ``for seed: for env: for algorithm: for variant``.
 
     :param algos: restrict to these algorithms (default: :func:`select_algorithms`)
     :param seeds: number of seeds (default: the suite's)
     :param first_seed: the seeds are ``first_seed .. first_seed + seeds - 1`` (to add seeds to an earlier run)
+    :param envs: restrict to these of the suite's envs (default: all of them)
     :param budget_seconds: training-clock budget per run (default: the suite's)
     :param device: torch device of the models (the same for every algorithm)
     :param torch_threads: torch threads of each run's main process (default -1: the suite's; 0 or None: torch's
@@ -216,9 +218,17 @@ def plan_runs(
         raise ValueError(f"Invalid first_seed={first_seed!r}: expected an integer >= 0")
     budget = suite.budget_seconds if budget_seconds is None else float(budget_seconds)
     threads = suite.torch_threads if torch_threads == -1 else (torch_threads or None)
+    env_ids = list(suite.envs)
+    if envs is not None:
+        unknown = [env_id for env_id in envs if env_id not in suite.envs]
+        if unknown or not envs:
+            raise ValueError(
+                f"Invalid envs={list(envs)!r}: suite {suite.name!r} runs {', '.join(suite.envs)}"
+            )
+        env_ids = [env_id for env_id in suite.envs if env_id in envs]
     runs: list[RunSpec] = []
     for seed in range(first_seed, first_seed + n_seeds):
-        for env_id in suite.envs:
+        for env_id in env_ids:
             env = get_env(env_id)
             for name in names:
                 entry = get_algorithm(name)
@@ -344,9 +354,9 @@ register_suite(
 register_suite(
     Suite(
         "mujoco",
-        "HalfCheetah-v5, time to a 3000 evaluation mean, ours against their SB3 peers (needs mujoco; hours)",
+        "HalfCheetah-v5 and Hopper-v5, time to a 3000 evaluation mean, ours against their SB3 peers (needs mujoco; hours)",
         "race",
-        ("HalfCheetah-v5",),
+        ("HalfCheetah-v5", "Hopper-v5"),
         eval_interval=50_000,
     )
 )
