@@ -1,0 +1,63 @@
+"""Ape-X against its wall-clock goals (issue 13): variants of the zoo entries through the benchmark tool's protocol.
+
+* ``apex_dqn_cartpole_variants``: the CartPole-v1 entry took 1.66x DQN's wall clock to 475 (goal 0.2x). The measured
+  bottleneck is the learner's gradient steps (15 ms per batch of 64 with [256, 256]; docs/benchmarks.md), so the
+  variants try a smaller network (more batches per second), more batches per transition, a faster target copy and
+  the zoo DQN's learning rate. Evaluation every 10k steps as the ``cartpole`` suite, 120 s per run.
+* ``apex_dpg_pendulum_variants``: the Pendulum-v1 entry took 0.52x and 0.56x TD3's wall clock to -200 in two runs
+  (goal 0.5x). Its learner is compute-bound (``cProfile``: torch's forward, backward and Adam nearly all of a batch),
+  so the variants trade batches per transition against transitions: half the replay ratio, and half the batch at the
+  same ratio (as many batches, half the compute each). Evaluation every 2000 steps as the ``pendulum`` suite.
+
+Usage: python scripts/apex_variants.py --suite apex_dqn_cartpole_variants --seeds 2 --out DIR --no-progress
+       python scripts/apex_variants.py --suite apex_dpg_pendulum_variants --seeds 3 --out DIR --no-progress
+"""
+
+import sys
+
+from sb3_async.benchmark.__main__ import main
+from sb3_async.benchmark.suites import Suite, Variant, register_suite
+
+SMALL = "dict(net_arch=[64, 64], optimizer_class=th.optim.Adam)"
+
+
+def _variant(label, **params):
+    return Variant(label, params, {"change": label})
+
+
+def dqn_variants(entry):
+    return [
+        Variant(axes={"change": "none"}),
+        _variant("net 64x64", policy_kwargs=SMALL),
+        _variant("net 64x64, ratio 16", policy_kwargs=SMALL, replay_ratio=16),
+        _variant("net 64x64, target 100", policy_kwargs=SMALL, target_update_interval=100),
+        _variant("net 64x64, lr 2.3e-3", policy_kwargs=SMALL, learning_rate=2.3e-3),
+    ]
+
+
+def dpg_variants(entry):
+    return [
+        Variant(axes={"change": "none"}),
+        _variant("ratio 32", replay_ratio=32),
+        _variant("batch 64", batch_size=64),
+    ]
+
+
+for name, description, algo, env_id, eval_interval, make_variants in (
+    ("apex_dqn_cartpole_variants", "Ape-X DQN CartPole-v1 zoo-entry variants", "apex_dqn", "CartPole-v1", 10_000, dqn_variants),
+    ("apex_dpg_pendulum_variants", "Ape-X DPG Pendulum-v1 zoo-entry variants", "apex_dpg", "Pendulum-v1", 2_000, dpg_variants),
+):
+    register_suite(
+        Suite(
+            name,
+            description,
+            "race",
+            (env_id,),
+            eval_interval=eval_interval,
+            budget_seconds=120,
+            algos=(algo,),
+            include_peers=False,
+            variants=make_variants,
+        )
+    )
+sys.exit(main(sys.argv[1:]))
