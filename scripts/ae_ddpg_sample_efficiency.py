@@ -16,9 +16,7 @@ from sb3_async.benchmark.suites import Suite, Variant, register_suite
 
 
 def variants(entry):
-    return [
-        Variant(f"learning_starts {n}", {"learning_starts": n}, {"learning_starts": n}) for n in (1000, 10_000)
-    ]
+    return [Variant(f"learning_starts {n}", {"learning_starts": n}, {"learning_starts": n}) for n in (1000, 10_000)]
 
 
 register_suite(

@@ -44,8 +44,8 @@ def dpg_variants(entry):
 
 
 for name, description, algo, env_id, eval_interval, make_variants in (
-    ("apex_dqn_cartpole_variants", "Ape-X DQN CartPole-v1 zoo-entry variants", "apex_dqn", "CartPole-v1", 10_000, dqn_variants),
-    ("apex_dpg_pendulum_variants", "Ape-X DPG Pendulum-v1 zoo-entry variants", "apex_dpg", "Pendulum-v1", 2_000, dpg_variants),
+    ("apex_dqn_cartpole_variants", "Ape-X DQN CartPole-v1 variants", "apex_dqn", "CartPole-v1", 10_000, dqn_variants),
+    ("apex_dpg_pendulum_variants", "Ape-X DPG Pendulum-v1 variants", "apex_dpg", "Pendulum-v1", 2_000, dpg_variants),
 ):
     register_suite(
         Suite(

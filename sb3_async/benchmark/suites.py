@@ -222,9 +222,7 @@ def plan_runs(
     if envs is not None:
         unknown = [env_id for env_id in envs if env_id not in suite.envs]
         if unknown or not envs:
-            raise ValueError(
-                f"Invalid envs={list(envs)!r}: suite {suite.name!r} runs {', '.join(suite.envs)}"
-            )
+            raise ValueError(f"Invalid envs={list(envs)!r}: suite {suite.name!r} runs {', '.join(suite.envs)}")
         env_ids = [env_id for env_id in suite.envs if env_id in envs]
     runs: list[RunSpec] = []
     for seed in range(first_seed, first_seed + n_seeds):
