@@ -6,7 +6,13 @@ with the same warm-up, 1000 and 10 000 random steps, evaluating every 1000 env s
 -200 compare the learning itself. Registers an ``ae_ddpg_sample_efficiency`` suite and runs it with the benchmark's
 command line.
 
+A second suite, ``ae_ddpg_halfcheetah_sample_efficiency``, asks the same on HalfCheetah-v5 (the paper's 2-4x are on
+MuJoCo tasks): AE-DDPG's HalfCheetah-v5 entry and the zoo's DDPG HalfCheetah entry, both with their 10 000 random
+warm-up steps, env steps to a 3000 evaluation mean, evaluating every 10 000 env steps.
+
 Usage: python scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_sample_efficiency --seeds 3 --out DIR --no-progress
+       python scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_halfcheetah_sample_efficiency --seeds 3 \
+           --budget-seconds 700 --out DIR --no-progress
 """
 
 import sys
@@ -30,6 +36,18 @@ register_suite(
         algos=("ae_ddpg", "ddpg"),
         include_peers=False,
         variants=variants,
+    )
+)
+register_suite(
+    Suite(
+        "ae_ddpg_halfcheetah_sample_efficiency",
+        "AE-DDPG vs DDPG on HalfCheetah-v5 (10 000 warm-up steps each), evaluation every 10 000 env steps",
+        "race",
+        ("HalfCheetah-v5",),
+        eval_interval=10_000,
+        budget_seconds=700,
+        algos=("ae_ddpg", "ddpg"),
+        include_peers=False,
     )
 )
 sys.exit(main(sys.argv[1:]))

@@ -9,8 +9,13 @@
   so the variants trade batches per transition against transitions: half the replay ratio, and half the batch at the
   same ratio (as many batches, half the compute each). Evaluation every 2000 steps as the ``pendulum`` suite.
 
+* ``apex_dpg_pendulum_race``: the two candidates between the entry's ratio 64 (reliable, 0.52-0.56x) and ratio 32
+  (0.43x, but seed 4 ended at -546 after the entry's 30k steps): ratio 32 given 50k steps, and ratio 48; raced
+  against TD3 (its zoo entry) on the same seeds in the same invocation.
+
 Usage: python scripts/apex_variants.py --suite apex_dqn_cartpole_variants --seeds 2 --out DIR --no-progress
        python scripts/apex_variants.py --suite apex_dpg_pendulum_variants --seeds 3 --out DIR --no-progress
+       python scripts/apex_variants.py --suite apex_dpg_pendulum_race --algos apex_dpg,td3 --seeds 6 --out DIR
 """
 
 import sys
@@ -60,4 +65,25 @@ for name, description, algo, env_id, eval_interval, make_variants in (
             variants=make_variants,
         )
     )
+
+
+def dpg_race_variants(entry):
+    if entry.name != "apex_dpg":
+        return [Variant()]
+    return [_variant("ratio 32, 50k steps", replay_ratio=32, n_timesteps=50_000), _variant("ratio 48", replay_ratio=48)]
+
+
+register_suite(
+    Suite(
+        "apex_dpg_pendulum_race",
+        "Ape-X DPG Pendulum-v1: replay_ratio 32 (50k steps) and 48 against TD3",
+        "race",
+        ("Pendulum-v1",),
+        eval_interval=2_000,
+        budget_seconds=300,
+        algos=("apex_dpg", "td3"),
+        include_peers=False,
+        variants=dpg_race_variants,
+    )
+)
 sys.exit(main(sys.argv[1:]))
