@@ -21,9 +21,10 @@ from stable_baselines3.common.vec_env import VecEnvWrapper
 
 from sb3_async import A3C
 from sb3_async.benchmark import registry, report, suites
+from sb3_async.benchmark.__main__ import main
 from sb3_async.benchmark.plots import curve_band, plot_results
 from sb3_async.benchmark.run_one import EvalClock, _worker_overrides, _zoo_entry, true_num_timesteps
-from sb3_async.benchmark.runner import _Progress, execute
+from sb3_async.benchmark.runner import _Progress, execute, load_results, merge_results
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -208,6 +209,45 @@ def test_not_reached_is_shown_as_such() -> None:
     assert "| CartPole-v1 | a3c | a2c | **both n/r** | both n/r | 1/2, 0/2 |" in markdown
     assert "| a2c (sb3) | peer | n/r | n/r | 0/2 |" in markdown
     assert "counts as infinitely slow" in markdown
+
+
+def test_merge_reads_invocations_of_one_protocol_as_one_table(tmp_path: Path) -> None:
+    first = _results([_record("a3c", 0, 10.0, 100_000, 500.0), _record("a2c", 0, 40.0, 200_000, 480.0)])
+    second = _results([_record("a3c", 1, 30.0, 150_000, 490.0), _record("a2c", 1, 20.0, 100_000, 490.0)])
+    first["suite"]["seeds"], second["suite"]["seeds"] = [0], [1]
+    second["command"] = [*second["command"], "--first-seed", "1"]
+    second["machine"]["load_average_at_start"] = [0.5, 0.25, 0.125]
+    merged = merge_results([first, second])
+    assert merged["suite"]["seeds"] == [0, 1] and len(merged["runs"]) == 4 and merged["wall_seconds"] == 24.0
+    stats = {s.algo: s for s in report.group_stats(merged["runs"])}
+    assert stats["a3c"].median_seconds == 20.0 and stats["a2c"].median_seconds == 30.0  # medians over both parts
+    markdown = report.render_markdown(merged)
+    assert "merged from 2 invocations" in markdown and "--first-seed 1`" in markdown and "0.50, 0.25, 0.12" in markdown
+
+    # through the CLI, and a merged result merges again (its parts stay flat)
+    dirs = []
+    for index, part in enumerate((first, second)):
+        folder = tmp_path / f"part{index}"
+        folder.mkdir()
+        (folder / "results.json").write_text(json.dumps(part))
+        dirs.append(str(folder))
+    assert main(["--merge", *dirs, "--out", str(tmp_path / "merged"), "--no-plots"]) == 0
+    assert load_results(tmp_path / "merged") == json.loads(json.dumps(merged))
+    assert "merged from 2 invocations" in (tmp_path / "merged" / "results.md").read_text()
+    third = _results([_record("a3c", 2, 5.0, 50_000, 500.0)])
+    third["suite"]["seeds"] = [2]
+    assert len(merge_results([merged, third])["parts"]) == 3
+
+    other_budget = _results([])
+    other_budget["suite"]["budget_seconds"] = 60
+    with pytest.raises(ValueError, match="budget_seconds"):
+        merge_results([first, other_budget])
+    with pytest.raises(ValueError, match="more than one part"):
+        merge_results([first, first])
+    with pytest.raises(ValueError, match="at least two"):
+        merge_results([first])
+    with pytest.raises(SystemExit):
+        main(["--merge", *dirs])  # no --out
 
 
 def test_scaling_and_sweep_reports_on_hand_made_records(tmp_path: Path) -> None:

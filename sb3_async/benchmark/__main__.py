@@ -6,6 +6,7 @@ Examples::
     python -m sb3_async.benchmark --suite smoke --out /tmp/smoke
     python -m sb3_async.benchmark --suite cartpole --out benchmarks/results/cartpole --seeds 5 --algos a3c,a2c
     python -m sb3_async.benchmark --report benchmarks/results/cartpole     # results.md and plots from results.json
+    python -m sb3_async.benchmark --merge /tmp/s0 /tmp/s12 --out benchmarks/results/x  # seeds run apart, one table
 """
 
 from __future__ import annotations
@@ -56,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu", help="torch device of every model (default: cpu)")
     parser.add_argument("--list", action="store_true", help="list the suites and exit")
     parser.add_argument("--report", type=Path, metavar="DIR", help="re-render DIR/results.md and plots from DIR/results.json")
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
+        help="merge the results.json of several invocations of one suite (e.g. seeds added with --first-seed) into "
+        "--out DIR, and render it",
+    )
     parser.add_argument("--no-plots", action="store_true", help="write no PNG (matplotlib not needed)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -65,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from sb3_async.benchmark.report import write_report
-    from sb3_async.benchmark.runner import load_results, run_suite
+    from sb3_async.benchmark.runner import load_results, merge_results, run_suite, write_results
 
     if args.list:
         print(_list())
@@ -76,6 +85,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         except FileNotFoundError as error:
             parser.error(str(error))
         written = write_report(results, args.report, plots=not args.no_plots)
+        print("\n".join(str(path) for path in written))
+        return 0
+    if args.merge is not None:
+        if args.out is None:
+            parser.error("--merge needs --out DIR (the merged results.json and report go there)")
+        try:
+            results = merge_results([load_results(folder) for folder in args.merge])
+        except (FileNotFoundError, ValueError) as error:
+            parser.error(str(error))
+        args.out.mkdir(parents=True, exist_ok=True)
+        written = [write_results(results, args.out), *write_report(results, args.out, plots=not args.no_plots)]
         print("\n".join(str(path) for path in written))
         return 0
     if not args.suite:

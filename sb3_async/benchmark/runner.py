@@ -258,3 +258,73 @@ def load_results(out_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"No results.json in {out_dir}: run a suite with --out {out_dir} first")
     return json.loads(path.read_text())
+
+
+# the protocol fields two invocations must share to be read as one (seeds, algorithms and envs may differ)
+_PROTOCOL_FIELDS = (
+    "name", "kind", "eval_interval", "n_eval_episodes", "deterministic_eval", "max_steps", "budget_seconds",
+    "stop_at_threshold", "device", "torch_threads", "evals_per_run", "final_eval_episodes",
+)  # fmt: skip
+_MACHINE_FIELDS = ("cpu_model", "usable_cpus", "python", "versions")
+
+
+def merge_results(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One ``results.json`` from several invocations of one suite under one protocol (e.g. seeds added later with
+    ``--first-seed``): the runs side by side, each invocation's command, date, load and commit kept in ``parts``.
+
+    :raises ValueError: fewer than two parts, a protocol field or the machine/software differing between them, or a
+        run id present twice
+    """
+    if len(parts) < 2:
+        raise ValueError(f"Invalid parts: expected at least two results to merge, got {len(parts)}")
+    first = parts[0]
+    for index, part in enumerate(parts[1:], start=1):
+        for field in _PROTOCOL_FIELDS:
+            if part["suite"].get(field) != first["suite"].get(field):
+                raise ValueError(
+                    f"Cannot merge part {index}: suite field {field!r} is {part['suite'].get(field)!r} there and "
+                    f"{first['suite'].get(field)!r} in part 0 (only runs under one protocol read as one table)"
+                )
+        for field in _MACHINE_FIELDS:
+            if part["machine"].get(field) != first["machine"].get(field):
+                raise ValueError(
+                    f"Cannot merge part {index}: machine field {field!r} is {part['machine'].get(field)!r} there and "
+                    f"{first['machine'].get(field)!r} in part 0"
+                )
+    runs: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for part in parts:
+        for run in part["runs"]:
+            if run["run_id"] in seen:
+                raise ValueError(f"Cannot merge: run {run['run_id']!r} is in more than one part")
+            seen.add(run["run_id"])
+            runs.append(run)
+    suite = dict(first["suite"])
+    suite["envs"] = {env_id: info for part in parts for env_id, info in part["suite"].get("envs", {}).items()}
+    suite["algos"] = list(dict.fromkeys(run["algo"] for run in runs))
+    suite["peers"] = {
+        algo: list(dict.fromkeys(peer for part in parts for peer in part["suite"].get("peers", {}).get(algo, [])))
+        for algo in suite["algos"]
+    }
+    suite["seeds"] = sorted({seed for part in parts for seed in part["suite"]["seeds"]})
+    flat = [piece for part in parts for piece in (part.get("parts") or [_part_info(part)])]
+    return dict(
+        suite=suite,
+        command=None,
+        parts=flat,
+        created=first["created"],
+        machine=first["machine"],
+        wall_seconds=sum(piece["wall_seconds"] or 0.0 for piece in flat),
+        runs=runs,
+    )
+
+
+def _part_info(results: dict[str, Any]) -> dict[str, Any]:
+    machine = results["machine"]
+    return dict(
+        command=results.get("command"),
+        created=results["created"],
+        wall_seconds=results.get("wall_seconds"),
+        git_commit=machine.get("git_commit"),
+        load_average_at_start=machine.get("load_average_at_start"),
+    )
