@@ -198,6 +198,21 @@ def test_group_stats_and_ratio_rows_on_hand_made_records() -> None:
     assert "## Errors" in markdown and "`CartPole-v1-a2c-s2`: Traceback: boom" in markdown
 
 
+def test_each_variant_of_ours_is_paired_with_the_default_peer() -> None:
+    runs = [
+        _record("a3c", 0, 10.0, 100_000, 500.0),
+        _record("a3c", 0, 5.0, 50_000, 500.0, variant="lr 1e-3", run_id="x"),
+        _record("a2c", 0, 40.0, 200_000, 480.0),
+        _record("a2c", 0, 1.0, 1000, 480.0, variant="tuned", run_id="y"),  # a peer's variant is not a reference
+    ]
+    rows = report.ratio_rows(report.group_stats(runs), {"a3c": ["a2c"]})
+    assert [(row.ours.label, row.peer.label, row.seconds_ratio) for row in rows] == [
+        ("a3c", "a2c", 0.25),
+        ("a3c lr 1e-3", "a2c", 0.125),
+    ]
+    assert "| CartPole-v1 | a3c lr 1e-3 | a2c | **0.12** | 0.25 |" in report.render_markdown(_results(runs))
+
+
 def test_not_reached_is_shown_as_such() -> None:
     runs = [
         _record("a3c", 0, 10.0, 100_000, 500.0),

@@ -139,18 +139,19 @@ class RatioRow:
 
 
 def ratio_rows(stats: Sequence[GroupStats], peers: Mapping[str, Sequence[str]]) -> list[RatioRow]:
-    """Every (ours, peer) pair measured on the same env with default hyperparameters.
+    """Every (ours, peer) pair measured on the same env: each variant of ours against the peer with its default
+    hyperparameters.
 
     :param peers: algorithm -> its peers (from the registry)
     """
-    by_key = {(s.env, s.algo): s for s in stats if s.variant == "default"}
+    defaults = {(s.env, s.algo): s for s in stats if s.variant == "default"}
     rows = []
-    for (env, algo), ours in by_key.items():
+    for ours in stats:
         if ours.library != "sb3_async":
             continue
-        for peer in peers.get(algo, ()):
-            if (env, peer) in by_key:
-                rows.append(RatioRow(env, ours, by_key[(env, peer)]))
+        for peer in peers.get(ours.algo, ()):
+            if (ours.env, peer) in defaults:
+                rows.append(RatioRow(ours.env, ours, defaults[(ours.env, peer)]))
     return rows
 
 
@@ -317,7 +318,7 @@ def render_race(results: dict[str, Any], images: dict[str, str]) -> list[str]:
             (
                 [
                     row.env,
-                    row.ours.algo,
+                    row.ours.label,
                     row.peer.algo,
                     f"**{describe_ratio(row.ours.median_seconds, row.peer.median_seconds)}**",
                     describe_ratio(row.ours.median_steps, row.peer.median_steps),
