@@ -213,6 +213,34 @@ def test_dpg_learner_batch_updates_critic_and_clips_the_actor_gradient():
         assert torch.equal(a, b)
 
 
+def test_dpg_actor_gradient_is_the_full_backward_pass_gradient():
+    """The actor step backpropagates into the actor's parameters only; its gradients are those of a full pass."""
+    model = ApeXDPG("MlpPolicy", "Pendulum-v1", n_actors=1, learning_starts=10, batch_size=16, actor_grad_clip=1e6)
+    model._share_state()
+    model.set_logger(configure(None, []))
+    rng = np.random.default_rng(1)
+    block = NStepTransitions(
+        rng.normal(size=(50, 3)).astype(np.float32),
+        rng.uniform(-1, 1, size=(50, 1)).astype(np.float32),
+        rng.normal(size=50).astype(np.float32),
+        np.zeros(50, dtype=np.float32),
+        rng.normal(size=(50, 3)).astype(np.float32),
+    )
+    model._on_message(0, "transitions", (block, np.ones(50)))
+    policy = model.policy
+    obs = torch.as_tensor(block.obs[:16])
+    policy.actor.zero_grad()
+    (-policy.critic.q1_forward(obs, policy.actor(obs)).mean()).backward()  # the full pass: critic weights too
+    expected = [p.grad.clone() for p in policy.actor.parameters()]
+    batch = model.replay_buffer.sample_arrays(16)
+    batch = batch._replace(observations=block.obs[:16])
+    for optimizer in (policy.actor.optimizer, policy.critic.optimizer):
+        optimizer.step = lambda: None  # keep the parameters: the same networks as the full pass above
+    model._train_batch(batch)
+    for want, param in zip(expected, policy.actor.parameters()):
+        torch.testing.assert_close(param.grad, want)
+
+
 def test_replay_ratio_holds_blocks_back():
     model = ApeXDQN("MlpPolicy", "CartPole-v1", n_actors=1, learning_starts=50, batch_size=10, replay_ratio=1.0)
     _feed(model, n_blocks=3, size=50)
@@ -366,13 +394,13 @@ def _cartpole_dqn(seed: int) -> ApeXDQN:
         "MlpPolicy",
         "CartPole-v1",
         n_actors=2,
-        learning_rate=1e-3,
-        batch_size=64,
+        learning_rate=2e-3,
+        batch_size=256,
         buffer_size=100_000,
         learning_starts=1000,
-        target_update_interval=250,
-        replay_ratio=8,
-        policy_kwargs=dict(net_arch=[256, 256], optimizer_class=torch.optim.Adam),
+        target_update_interval=100,
+        replay_ratio=32,
+        policy_kwargs=dict(net_arch=[64, 64], optimizer_class=torch.optim.Adam, optimizer_kwargs=dict(fused=True)),
         seed=seed,
     )
 

@@ -198,8 +198,11 @@ class ApeXDPG(ApeXAlgorithm):
         policy.critic.optimizer.step()
         actor_loss = -policy.critic.q1_forward(obs, policy.actor(obs)).mean()
         policy.actor.optimizer.zero_grad()
-        actor_loss.backward()
-        torch.nn.utils.clip_grad_value_(policy.actor.parameters(), self.actor_grad_clip)
+        # Gradients of the actor's parameters only: the critic's weight gradients of this pass would be discarded (its
+        # next step zeroes them), so autograd skips computing them (~a third of this backward pass).
+        actor_params = list(policy.actor.parameters())
+        actor_loss.backward(inputs=actor_params)
+        torch.nn.utils.clip_grad_value_(actor_params, self.actor_grad_clip)
         policy.actor.optimizer.step()
         self._last_actor_loss = float(actor_loss.item())
         return float(critic_loss.item()), td_errors.detach().abs().cpu().numpy()
