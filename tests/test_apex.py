@@ -457,7 +457,7 @@ def test_apex_dpg_solves_pendulum(one_torch_thread):
         buffer_size=200_000,
         learning_starts=1000,
         replay_ratio=64,
-        policy_kwargs=dict(activation_fn=torch.nn.ReLU),
+        policy_kwargs=dict(activation_fn=torch.nn.ReLU, optimizer_kwargs=dict(fused=True)),
         seed=0,
     )
     _learns_and_returns_the_evaluated_model(model, "Pendulum-v1", -200, 40_000, 2000, margin=50)
