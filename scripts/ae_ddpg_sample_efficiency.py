@@ -10,9 +10,15 @@ A second suite, ``ae_ddpg_halfcheetah_sample_efficiency``, asks the same on Half
 MuJoCo tasks): AE-DDPG's HalfCheetah-v5 entry and the zoo's DDPG HalfCheetah entry, both with their 10 000 random
 warm-up steps, env steps to a 3000 evaluation mean, evaluating every 10 000 env steps.
 
+A third, ``ae_ddpg_halfcheetah_updates``, spends AE-DDPG's faster collection on more updates per transition
+(``updates_per_transition`` 2 and 4; the paper fixes no ratio, §IV-B) with the same protocol as the second, against
+DDPG's zoo entry (its one update per transition) when ``--algos ae_ddpg,ddpg`` names it.
+
 Usage: python scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_sample_efficiency --seeds 3 --out DIR --no-progress
        python scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_halfcheetah_sample_efficiency --seeds 3 \
            --budget-seconds 700 --out DIR --no-progress
+       python scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_halfcheetah_updates --seeds 1 \
+           --budget-seconds 480 --out DIR --no-progress
 """
 
 import sys
@@ -48,6 +54,29 @@ register_suite(
         budget_seconds=700,
         algos=("ae_ddpg", "ddpg"),
         include_peers=False,
+    )
+)
+
+
+def update_ratios(entry):
+    if entry.name != "ae_ddpg":
+        return [Variant()]
+    return [
+        Variant(f"{k} updates per transition", {"updates_per_transition": k}, {"updates_per_transition": k}) for k in (2, 4)
+    ]
+
+
+register_suite(
+    Suite(
+        "ae_ddpg_halfcheetah_updates",
+        "AE-DDPG on HalfCheetah-v5, 2 and 4 updates per transition (10 000 warm-up steps), evaluation every 10 000 env steps",
+        "race",
+        ("HalfCheetah-v5",),
+        eval_interval=10_000,
+        budget_seconds=480,
+        algos=("ae_ddpg",),
+        include_peers=False,
+        variants=update_ratios,
     )
 )
 sys.exit(main(sys.argv[1:]))

@@ -179,6 +179,29 @@ def test_gradient_steps_run_while_the_envs_step() -> None:
     model.env.close()
 
 
+@pytest.mark.parametrize("ratio", [1.0, 2.0, 0.75])
+def test_updates_per_transition_buys_exactly_that_many_gradient_steps(ratio: float) -> None:
+    # Receives of varying size (envs ready at different times) and a fractional ratio: the carried fraction keeps the
+    # total at floor(transitions trained on x ratio), however the transitions were grouped.
+    factories = [tagged(tag=i, sleep=0.002 * i, length=7) for i in range(3)]
+    model = AEDDPG(
+        "MlpPolicy", AsyncEnvPool(factories, n_workers=3), learning_starts=10, batch_size=8, seed=0,
+        buffer_size=1000, policy_kwargs=SMALL_NET, updates_per_transition=ratio,
+    )  # fmt: skip
+    passed: list[int] = []
+    scale = model._scaled_gradient_steps
+
+    def spy(gradient_steps: int) -> int:
+        passed.append(gradient_steps)  # what SB3 asked for: the transitions of the collection
+        return scale(gradient_steps)
+
+    model._scaled_gradient_steps = spy  # type: ignore[method-assign]
+    model.learn(100)
+    assert model.num_timesteps - 10 <= sum(passed) <= model.num_timesteps
+    assert model._n_updates == int(sum(passed) * ratio + 1e-9)
+    model.env.close()
+
+
 # ---------------------------------------------------------------- SB3 contract
 def test_predict_is_the_actor_without_noise() -> None:
     model = AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=2, pool_kwargs=LOCAL, policy_kwargs=SMALL_NET, seed=0)
@@ -346,6 +369,9 @@ def test_random_walk_streams_advance_only_for_their_envs_steps() -> None:
         (dict(min_ready=0), "min_ready"),
         (dict(action_noise="pink"), "action_noise"),
         (dict(replay_buffer_kwargs=dict(n_steps=3)), "n_steps"),
+        (dict(updates_per_transition=0), "updates_per_transition"),
+        (dict(updates_per_transition=float("nan")), "updates_per_transition"),
+        (dict(updates_per_transition=2, gradient_steps=4), "gradient_steps=-1"),
         (
             dict(pool_kwargs=dict(n_workers=0), n_envs=2, action_noise=RandomWalkActionNoise(np.zeros(1), n_envs=3)),
             "3 streams",

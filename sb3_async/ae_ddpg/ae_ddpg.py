@@ -211,6 +211,10 @@ class AEDDPG(TD3):
     :param gradient_steps: gradient steps per training; -1 (default): as many as transitions collected since the last
         one (one update per env step, as SB3's TD3 with one env; the paper gives no ratio). Deterministic whatever the
         timing of the envs.
+    :param updates_per_transition: with ``gradient_steps=-1``, gradient steps per transition collected (fractions carried
+        over to the next training, so the total is exact); 1.0 (default). The paper fixes no ratio ("balance the speed of
+        data generation and the speed of data utilization", §IV-B); more than 1 spends the wall clock that parallel
+        collection saves on more updates per sample
     :param action_noise: ``"random_walk"`` (default): :class:`RandomWalkActionNoise` with one stream per env (§IV-C; its
         sigma 0.05 and reflection at the bounds chosen by measurement, docs/replay.md); any SB3 ``ActionNoise``
         (vectorised per env as SB3 does), or None
@@ -257,6 +261,7 @@ class AEDDPG(TD3):
         gamma: float = 0.99,
         train_freq: int | tuple[int, str] = 1,
         gradient_steps: int = -1,
+        updates_per_transition: float = 1.0,
         action_noise: ActionNoise | str | None = "random_walk",
         replay_buffer_class: type[ReplayBuffer] | None = None,
         replay_buffer_kwargs: dict[str, Any] | None = None,
@@ -281,6 +286,20 @@ class AEDDPG(TD3):
         if policy_kwargs is not None and not isinstance(policy_kwargs, dict):
             raise TypeError(f"Invalid policy_kwargs={policy_kwargs!r}: expected a dict or None")
         check_backend(backend, backend_kwargs)
+        if (
+            isinstance(updates_per_transition, bool)
+            or not isinstance(updates_per_transition, (int, float, np.integer, np.floating))
+            or not np.isfinite(updates_per_transition)
+            or updates_per_transition <= 0
+        ):
+            raise ValueError(f"Invalid updates_per_transition={updates_per_transition!r}: expected a positive finite number")
+        if updates_per_transition != 1.0 and not (isinstance(gradient_steps, (int, np.integer)) and gradient_steps < 0):
+            raise ValueError(
+                f"Invalid updates_per_transition={updates_per_transition!r} with gradient_steps={gradient_steps!r}: "
+                "it scales gradient_steps=-1 (one update per transition) only"
+            )
+        self.updates_per_transition = float(updates_per_transition)
+        self._update_credit = 0.0  # fraction of a gradient step owed to the next training
         if pool_kwargs and {"backend", "backend_kwargs"} & set(pool_kwargs):
             raise ValueError("Invalid pool_kwargs: pass backend and backend_kwargs to AEDDPG itself, not in pool_kwargs")
         if backend == "ray":  # say what to install now, not at the first learn()
@@ -613,11 +632,25 @@ class AEDDPG(TD3):
         """TD3's ``train()`` with DDPG's settings (eq. 1-4); with a ``PrioritizedReplayBuffer``, the same update with
         the importance-weighted critic loss and priority updates. Runs while the envs sent last step."""
         start = time.perf_counter()
+        gradient_steps = self._scaled_gradient_steps(gradient_steps)
+        if gradient_steps == 0:
+            return
         if isinstance(self.replay_buffer, PrioritizedReplayBuffer):
             self._train_prioritized(gradient_steps, batch_size)
         else:
             super().train(gradient_steps, batch_size)
         self.collection_stats["train_seconds"] += time.perf_counter() - start
+
+    def _scaled_gradient_steps(self, gradient_steps: int) -> int:
+        """With ``gradient_steps=-1`` SB3 passes the transitions collected; scale by ``updates_per_transition``,
+        carrying the fraction over so that ``n`` transitions always buy ``floor(n * updates_per_transition)`` steps."""
+        ratio = getattr(self, "updates_per_transition", 1.0)  # models saved before it existed: 1.0
+        if self.gradient_steps >= 0 or ratio == 1.0:
+            return gradient_steps
+        owed = getattr(self, "_update_credit", 0.0) + gradient_steps * ratio
+        steps = int(owed + 1e-9)
+        self._update_credit = max(owed - steps, 0.0)
+        return steps
 
     def per_beta(self) -> float:
         """Prioritized replay's importance-sampling exponent, annealed linearly from the buffer's ``beta`` to 1 over the
