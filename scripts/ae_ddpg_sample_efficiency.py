@@ -19,8 +19,11 @@ Usage: python scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_sample_effici
            --budget-seconds 700 --out DIR --no-progress
        python scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_halfcheetah_updates --seeds 1 \
            --budget-seconds 480 --out DIR --no-progress
+       AE_DDPG_UPDATES=4 python scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_halfcheetah_updates --seeds 2 \
+           --first-seed 1 --budget-seconds 600 --out DIR --no-progress
 """
 
+import os
 import sys
 
 from sb3_async.benchmark.__main__ import main
@@ -61,8 +64,9 @@ register_suite(
 def update_ratios(entry):
     if entry.name != "ae_ddpg":
         return [Variant()]
+    ratios = [float(k) for k in os.environ.get("AE_DDPG_UPDATES", "2,4").split(",")]  # e.g. AE_DDPG_UPDATES=4
     return [
-        Variant(f"{k} updates per transition", {"updates_per_transition": k}, {"updates_per_transition": k}) for k in (2, 4)
+        Variant(f"{k:g} updates per transition", {"updates_per_transition": k}, {"updates_per_transition": k}) for k in ratios
     ]
 
 

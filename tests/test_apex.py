@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from stable_baselines3.common.callbacks import BaseCallback, EvalCallback, StopTrainingOnRewardThreshold
+from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.logger import configure
@@ -372,22 +372,6 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
-class BestEval(BaseCallback):
-    """Best deterministic evaluation mean over the run, the workers paused while evaluating."""
-
-    def __init__(self, env_id: str, every: int):
-        super().__init__()
-        self.env, self.every, self.next, self.best = gym.make(env_id), every, every, -np.inf
-
-    def _on_step(self) -> bool:
-        if self.num_timesteps >= self.next:
-            self.next += self.every
-            with self.model.pause_workers():
-                mean, _ = evaluate_policy(self.model, self.env, n_eval_episodes=10)
-            self.best = max(self.best, mean)
-        return True
-
-
 def _cartpole_dqn(seed: int) -> ApeXDQN:
     """zoo_configs/apex_dqn.yml's CartPole-v1 entry."""
     return ApeXDQN(
@@ -398,22 +382,11 @@ def _cartpole_dqn(seed: int) -> ApeXDQN:
         batch_size=256,
         buffer_size=100_000,
         learning_starts=1000,
-        target_update_interval=100,
+        target_update_interval=25,
         replay_ratio=32,
         policy_kwargs=dict(net_arch=[64, 64], optimizer_class=torch.optim.Adam, optimizer_kwargs=dict(fused=True)),
         seed=seed,
     )
-
-
-def test_apex_dqn_improves_on_cartpole(one_torch_thread):
-    """A short check (the 475 goal is the slow test and the benchmark's): with replay_ratio fixed, the learner's work
-    per env step does not depend on the machine's load; best evaluation >= 100 within 12k steps (random: ~22, the
-    untrained greedy net ~10; the entry's trials here: 262, 138 and 417 at 10k steps for seeds 0-2)."""
-    model = _cartpole_dqn(seed=0)
-    callback = BestEval("CartPole-v1", 4000)
-    start = time.perf_counter()
-    model.learn(12_000, callback=callback)
-    assert callback.best >= 100, f"best evaluation {callback.best} after {time.perf_counter() - start:.0f} s"
 
 
 def _learns_and_returns_the_evaluated_model(model, env_id: str, threshold: float, total: int, every: int, margin: float):
@@ -437,16 +410,17 @@ def _learns_and_returns_the_evaluated_model(model, env_id: str, threshold: float
     assert final >= threshold - margin, final
 
 
-@pytest.mark.slow
 def test_apex_dqn_solves_cartpole(one_torch_thread):
-    """zoo_configs/apex_dqn.yml's CartPole-v1 entry: the model learn() returns is the one evaluated >= 475."""
+    """zoo_configs/apex_dqn.yml's CartPole-v1 entry: the model learn() returns is the one evaluated >= 475 (random:
+    ~22). With the target copied every 25 learner batches its trials reached 475 within 60k env steps in 6/6 seeds
+    (seed 0: 35k, ~11 s on an idle machine); 150k leaves room for a loaded CI machine's actor timing."""
     _learns_and_returns_the_evaluated_model(_cartpole_dqn(seed=0), "CartPole-v1", 475, 150_000, 5000, margin=25)
 
 
-@pytest.mark.slow
 def test_apex_dpg_solves_pendulum(one_torch_thread):
     """zoo_configs/apex_dpg.yml's Pendulum-v1 entry: the model learn() returns is the one evaluated >= -200 (random:
-    about -1200 to -1500); on 20 fresh episodes it scores >= -250 (a good Pendulum policy's episodes spread by ~100)."""
+    about -1200 to -1500); on 20 fresh episodes it scores >= -250 (a good Pendulum policy's episodes spread by ~100).
+    The entry reached -200 in 15/15 benchmark seeds within 8k-24k env steps (20-75 s); 40k leaves room."""
     model = ApeXDPG(
         "MlpPolicy",
         "Pendulum-v1",
