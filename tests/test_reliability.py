@@ -263,3 +263,34 @@ def test_predict_needs_no_workers():
     model = A3C("MlpPolicy", "CartPole-v1", n_workers=4)
     action, _ = model.predict(np.zeros(4, dtype=np.float32))
     assert live_children() == [] and action in (0, 1)
+
+
+FORKSERVER_SCRIPT = textwrap.dedent(
+    """
+    import multiprocessing.forkserver as forkserver
+    import sys
+    from sb3_async import A3C
+
+    if __name__ == "__main__":
+        model = A3C("MlpPolicy", "CartPole-v1", n_workers=1, seed=0, start_method=sys.argv[1])
+        built = forkserver._forkserver._forkserver_pid
+        model.learn(200)
+        print(built, forkserver._forkserver._forkserver_pid, model.num_timesteps)
+    """
+)
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_forkserver_starts_when_the_model_is_built(tmp_path, start_method):
+    """A model built with an env starts the forkserver (its imports overlap with building the model); learn() then
+    uses that same forkserver. Other start methods start none."""
+    script = tmp_path / "build.py"
+    script.write_text(FORKSERVER_SCRIPT)
+    out = subprocess.run([sys.executable, str(script), start_method], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    built, after_learn, steps = out.stdout.split()
+    assert int(steps) >= 200
+    if start_method == "forkserver":
+        assert built != "None" and built == after_learn
+    else:
+        assert built == "None" == after_learn

@@ -269,7 +269,9 @@ def run(spec: RunSpec, workdir: Path) -> dict[str, Any]:
         device=spec.device,
         config=str(config),
     )
+    setup_start = time.perf_counter()
     result = manager.setup_experiment()
+    setup_seconds = time.perf_counter() - setup_start  # building the env and the model: off the race clock, both sides
     assert result is not None
     model, saved_hyperparams = result
     eval_env = manager.create_envs(1, eval_env=True)
@@ -336,6 +338,7 @@ def run(spec: RunSpec, workdir: Path) -> dict[str, Any]:
         train_seconds=train_seconds,
         eval_seconds=clock.eval_seconds,
         startup_seconds=None if clock.first_step is None else clock.first_step[0],
+        setup_seconds=setup_seconds,
         steps_per_second=steps / train_seconds if train_seconds > 0 else None,
         steps_per_second_after_startup=after_startup,
         peak_rss_mb=memory.peak_rss / 2**20,
@@ -385,6 +388,7 @@ def failed_record(spec: RunSpec, error: str) -> dict[str, Any]:
         train_seconds=None,
         eval_seconds=None,
         startup_seconds=None,
+        setup_seconds=None,
         steps_per_second=None,
         steps_per_second_after_startup=None,
         peak_rss_mb=None,

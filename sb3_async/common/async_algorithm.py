@@ -40,6 +40,7 @@ from sb3_async.common.normalization import (
     vec_normalizes,
 )
 from sb3_async.common.runtime import BACKENDS, Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
+from sb3_async.common.runtime.mp import start_forkserver
 from sb3_async.common.runtime.processes import START_METHODS, WorkerError
 
 SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
@@ -228,6 +229,8 @@ class AsyncAlgorithm(BaseAlgorithm):
             from sb3_async.common.runtime.ray_backend import import_ray
 
             import_ray()
+        if backend == "mp" and start_method == "forkserver" and env is not None:
+            start_forkserver()  # its imports overlap with building the model (a model loaded without env: not needed)
         if isinstance(policy, str) and policy not in self.policy_aliases:
             raise ValueError(f"Invalid policy={policy!r}: expected one of {', '.join(self.policy_aliases)} or a policy class")
         learning_rate = check_learning_rate(learning_rate)

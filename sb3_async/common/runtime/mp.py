@@ -24,6 +24,8 @@ Guarantees, each covered by a test:
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.forkserver
 import os
 import queue
 import signal
@@ -54,6 +56,24 @@ BACKENDS = ("mp", "ray")
 
 #: Modules the forkserver imports once, so that each worker starts in a fraction of a second.
 _FORKSERVER_PRELOAD = ["torch", "numpy", "gymnasium", "stable_baselines3", "sb3_async.common.runtime"]
+
+
+def start_forkserver() -> None:
+    """Start this program's forkserver now, in the background, if none runs yet.
+
+    The forkserver imports ``_FORKSERVER_PRELOAD`` once, which takes about a second of one core (mostly torch). A model
+    calls this when it is built with an env, so that the import runs while the rest of the model is being built (the
+    first torch optimizer alone imports ``torch._dynamo``, about a second as well). The first ``learn()`` then finds the
+    forkserver ready, and its workers step within a fraction of a second. SB3's ``SubprocVecEnv`` also starts its
+    processes when it is built.
+
+    Nothing is done in a process that is itself a child (a worker building a model starts the forkserver lazily, if
+    at all), or where the platform has no forkserver.
+    """
+    if multiprocessing.parent_process() is not None or "forkserver" not in multiprocessing.get_all_start_methods():
+        return
+    process_context("forkserver", _FORKSERVER_PRELOAD)
+    multiprocessing.forkserver.ensure_running()  # spawns the server and returns: the imports run in the server
 
 
 @dataclass
