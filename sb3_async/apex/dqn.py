@@ -23,7 +23,7 @@ from sb3_async.apex.returns import (
 from sb3_async.common.async_algorithm import check_float
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
 from sb3_async.common.exploration import epsilon_greedy
-from sb3_async.common.torch_utils import to_tensor
+from sb3_async.common.torch_utils import clip_grad_norm, to_tensor
 
 
 class _DQNActorModel(ApeXActorModel):
@@ -81,6 +81,8 @@ class ApeXDQN(ApeXAlgorithm):
         inserted (see :class:`~sb3_async.apex.base.ApeXAlgorithm`)
     :param n_actors: actor processes; default the CPU count
     :param n_envs_per_actor: envs per actor, their inference batched (1)
+    :param prefetch_batches: batches sampled at once, then trained on in turn; 1 (the paper prefetches up to 16,
+        see :class:`~sb3_async.apex.base.ApeXAlgorithm`)
     :param policy_kwargs: for the policy; by default the paper's centered RMSProp (decay 0.95, eps 1.5e-7, no momentum,
         appendix) as ``optimizer_class``/``optimizer_kwargs``; pass ``optimizer_class=torch.optim.Adam`` for SB3's DQN one
     Other arguments: :class:`~sb3_async.common.async_algorithm.AsyncAlgorithm`.
@@ -114,6 +116,7 @@ class ApeXDQN(ApeXAlgorithm):
         replay_ratio: float | None = None,
         n_actors: int | None = None,
         n_envs_per_actor: int = 1,
+        prefetch_batches: int = 1,
         backend: str = "mp",
         start_method: str = "forkserver",
         backend_kwargs: dict[str, Any] | None = None,
@@ -153,6 +156,7 @@ class ApeXDQN(ApeXAlgorithm):
             replay_ratio=replay_ratio,
             n_actors=n_actors,  # type: ignore[arg-type]
             n_envs_per_actor=n_envs_per_actor,
+            prefetch_batches=prefetch_batches,
             backend=backend,
             start_method=start_method,
             backend_kwargs=backend_kwargs,
@@ -176,6 +180,10 @@ class ApeXDQN(ApeXAlgorithm):
         self.policy.q_net_target.load_state_dict(self.policy.q_net.state_dict())
         self.policy.q_net_target.set_training_mode(False)
         self.policy.set_training_mode(False)
+        self._q_parameters = list(self.policy.q_net.parameters())  # clipped after each backward pass
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_q_parameters"]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "policy.optimizer"], []
@@ -222,7 +230,7 @@ class ApeXDQN(ApeXAlgorithm):
         loss = weighted_squared_loss(td_errors, weights)
         self.policy.optimizer.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.policy.q_net.parameters(), self.max_grad_norm)
+        clip_grad_norm(self._q_parameters, self.max_grad_norm)
         self.policy.optimizer.step()
         return float(loss.item()), td_errors.detach().abs().cpu().numpy()
 
