@@ -429,7 +429,7 @@ class ApeXAlgorithm(AsyncAlgorithm):
         td_abs = np.empty(size * count)
         for i in range(count):
             part = slice(i * size, (i + 1) * size)
-            batch = arrays if count == 1 else PrioritizedArrays(*(None if a is None else a[part] for a in arrays))
+            batch = arrays if count == 1 else PrioritizedArrays._make(None if a is None else a[part] for a in arrays)
             loss, td_abs[part] = self._train_batch(batch)
             self._n_updates += 1
             self._flow["batches"] += 1

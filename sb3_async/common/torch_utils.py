@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,7 @@ def sample_actions(policy: ActorCriticPolicy, obs: Any) -> np.ndarray:
         return policy.get_distribution(obs_tensor).get_actions().numpy()
 
 
-def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> float:
+def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> float:
     """Scale the gradients of ``params`` so that their global L2 norm is at most ``max_norm``; returns the norm.
 
     The same rule as ``torch.nn.utils.clip_grad_norm_``, in two multi-tensor calls.
