@@ -181,49 +181,6 @@ def test_target_network_copied_every_interval():
     assert any(not torch.equal(online[k], target[k]) for k in online)
 
 
-def test_prefetched_batches_are_trained_in_turn_and_their_priorities_written_back():
-    model = ApeXDQN(
-        "MlpPolicy", "CartPole-v1", n_actors=1, learning_starts=10, batch_size=8, target_update_interval=2, prefetch_batches=3
-    )
-    _feed(model, n_blocks=2)
-    seen, targets_equal = [], []
-    train = model._train_batch
-
-    def recording(batch):
-        seen.append((batch.indices.copy(), batch.observations.copy()))
-        online, target = model.policy.q_net.state_dict(), model.policy.q_net_target.state_dict()
-        targets_equal.append(all(torch.equal(online[k], target[k]) for k in online))
-        loss, _ = train(batch)
-        return loss, np.full(len(batch.indices), float(len(seen)))  # |δ| = the batch's number
-
-    model._train_batch = recording
-    model._learner_batch()
-    assert model._n_updates == 3 and model._flow["replayed"] == 24 and len(seen) == 3
-    assert all(len(indices) == 8 for indices, _ in seen)
-    # before each update: the target as built, then behind, then copied after the second update (interval 2)
-    online, target = model.policy.q_net.state_dict(), model.policy.q_net_target.state_dict()
-    assert targets_equal == [True, False, True] and not all(torch.equal(online[k], target[k]) for k in online)
-    buffer = model.replay_buffer
-    for number, (indices, obs) in enumerate(seen, start=1):
-        np.testing.assert_array_equal(obs, buffer.observations[indices % buffer.buffer_size, 0])
-        later = {int(i) for later_indices, _ in seen[number:] for i in later_indices}
-        mine = [i for i in indices if int(i) not in later]  # an index sampled again keeps one of its values
-        np.testing.assert_allclose(buffer.tree.leaves(np.array(mine)), (number + buffer.eps) ** buffer.alpha)
-
-
-def test_prefetch_never_exceeds_the_replay_ratio():
-    model = ApeXDQN(
-        "MlpPolicy", "CartPole-v1", n_actors=1, learning_starts=50, batch_size=10, replay_ratio=0.5, prefetch_batches=8
-    )
-    _feed(model, n_blocks=2, size=50)  # 50 inserted after learning started: 25 transitions to replay, 3 batches
-    model._learner_batch()
-    assert model._n_updates == 3
-    model._learner_batch()  # the ratio is reached: a direct call still trains one batch
-    assert model._n_updates == 4
-    with pytest.raises(ValueError, match="prefetch_batches"):
-        ApeXDQN("MlpPolicy", "CartPole-v1", prefetch_batches=0)
-
-
 def test_dpg_learner_batch_updates_critic_and_clips_the_actor_gradient():
     model = ApeXDPG(
         "MlpPolicy",

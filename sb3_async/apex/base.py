@@ -17,7 +17,6 @@ the main process, one prioritized replay.
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from abc import abstractmethod
@@ -165,10 +164,6 @@ class ApeXAlgorithm(AsyncAlgorithm):
         replays per transition inserted once learning started; the learner then holds blocks back when it is behind
         (its actors wait) and waits for data when it is ahead: SB3's fixed ``train_freq``/``gradient_steps`` ratio,
         independent of how fast each side runs on a shared machine
-    :param prefetch_batches: batches the learner samples at once (one descent of the sum tree and one gather for all of
-        them), then trains on in turn, writing their new priorities back together after the last: the paper's learner
-        prefetches up to 16 batches (§4.1, Ape-X DQN), so its priorities are stale by as many batches. 1: each batch is
-        sampled right before its update. With ``replay_ratio``, never more batches than the ratio still allows
     :param n_actors: actor processes
     :param n_envs_per_actor: envs stepped by each actor
     Other arguments: :class:`~sb3_async.common.async_algorithm.AsyncAlgorithm`.
@@ -199,7 +194,6 @@ class ApeXAlgorithm(AsyncAlgorithm):
         replay_ratio: float | None,
         n_actors: int,
         n_envs_per_actor: int,
-        prefetch_batches: int = 1,
         **kwargs: Any,
     ):
         self.buffer_size = check_int("buffer_size", buffer_size)
@@ -217,7 +211,6 @@ class ApeXAlgorithm(AsyncAlgorithm):
         self.replay_ratio = None if replay_ratio is None else check_float("replay_ratio", replay_ratio)
         if self.replay_ratio == 0:
             raise ValueError("Invalid replay_ratio=0: expected a positive number or None")
-        self.prefetch_batches = check_int("prefetch_batches", prefetch_batches)
         self.replay_buffer = None
         self._published: list[torch.Tensor] = []
         self._inserted = torch.zeros(0, dtype=torch.int64)
@@ -416,28 +409,18 @@ class ApeXAlgorithm(AsyncAlgorithm):
         return 0.0 if busy >= 0.02 else 0.02
 
     def _learner_batch(self) -> None:
-        """One learner iteration (Algorithm 2): sample ``prefetch_batches`` prioritized batches at once, update on each
-        in turn (refreshing the target network every ``target_update_interval`` batches), write the priorities back."""
-        buffer = self.replay_buffer
-        assert buffer is not None
-        count = self.prefetch_batches
-        if self.replay_ratio is not None and self._learning():  # no more than the ratio allows
-            missing = self.replay_ratio * self._flow["inserted_learning"] - self._flow["replayed"]
-            count = max(1, min(count, math.ceil(missing / self.batch_size)))
-        size = self.batch_size
-        arrays = buffer.sample_arrays(size * count)
-        td_abs = np.empty(size * count)
-        for i in range(count):
-            part = slice(i * size, (i + 1) * size)
-            batch = arrays if count == 1 else PrioritizedArrays._make(None if a is None else a[part] for a in arrays)
-            loss, td_abs[part] = self._train_batch(batch)
-            self._n_updates += 1
-            self._flow["batches"] += 1
-            self._flow["replayed"] += size
-            if self._n_updates % self.target_update_interval == 0:
-                self._update_target()
-        buffer.update_priorities(arrays.indices, td_abs)
-        self._last_metrics = dict(loss=loss, td_error_abs_mean=float(np.mean(td_abs[-size:])))
+        """One learner iteration (Algorithm 2): sample a prioritized batch, update, write the priorities back,
+        refresh the target network every ``target_update_interval`` batches."""
+        assert self.replay_buffer is not None
+        batch = self.replay_buffer.sample_arrays(self.batch_size)
+        loss, td_abs = self._train_batch(batch)
+        self.replay_buffer.update_priorities(batch.indices, td_abs)
+        self._n_updates += 1
+        self._flow["batches"] += 1
+        self._flow["replayed"] += self.batch_size
+        self._last_metrics = dict(loss=loss, td_error_abs_mean=float(np.mean(td_abs)))
+        if self._n_updates % self.target_update_interval == 0:
+            self._update_target()
 
     def _log_extra(self) -> None:
         elapsed = max(time.monotonic() - self._flow_start, 1e-9)

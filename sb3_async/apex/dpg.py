@@ -76,8 +76,6 @@ class ApeXDPG(ApeXAlgorithm):
         inserted (see :class:`~sb3_async.apex.base.ApeXAlgorithm`)
     :param n_actors: actor processes; default the CPU count
     :param n_envs_per_actor: envs per actor (1)
-    :param prefetch_batches: batches sampled at once, then trained on in turn; 1 (the paper prefetches up to 16,
-        see :class:`~sb3_async.apex.base.ApeXAlgorithm`)
     Other arguments: :class:`~sb3_async.common.async_algorithm.AsyncAlgorithm`.
     """
 
@@ -112,7 +110,6 @@ class ApeXDPG(ApeXAlgorithm):
         replay_ratio: float | None = None,
         n_actors: int | None = None,
         n_envs_per_actor: int = 1,
-        prefetch_batches: int = 1,
         backend: str = "mp",
         start_method: str = "forkserver",
         backend_kwargs: dict[str, Any] | None = None,
@@ -151,7 +148,6 @@ class ApeXDPG(ApeXAlgorithm):
             replay_ratio=replay_ratio,
             n_actors=n_actors,  # type: ignore[arg-type]
             n_envs_per_actor=n_envs_per_actor,
-            prefetch_batches=prefetch_batches,
             backend=backend,
             start_method=start_method,
             backend_kwargs=backend_kwargs,

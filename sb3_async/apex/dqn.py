@@ -81,8 +81,6 @@ class ApeXDQN(ApeXAlgorithm):
         inserted (see :class:`~sb3_async.apex.base.ApeXAlgorithm`)
     :param n_actors: actor processes; default the CPU count
     :param n_envs_per_actor: envs per actor, their inference batched (1)
-    :param prefetch_batches: batches sampled at once, then trained on in turn; 1 (the paper prefetches up to 16,
-        see :class:`~sb3_async.apex.base.ApeXAlgorithm`)
     :param policy_kwargs: for the policy; by default the paper's centered RMSProp (decay 0.95, eps 1.5e-7, no momentum,
         appendix) as ``optimizer_class``/``optimizer_kwargs``; pass ``optimizer_class=torch.optim.Adam`` for SB3's DQN one
     Other arguments: :class:`~sb3_async.common.async_algorithm.AsyncAlgorithm`.
@@ -116,7 +114,6 @@ class ApeXDQN(ApeXAlgorithm):
         replay_ratio: float | None = None,
         n_actors: int | None = None,
         n_envs_per_actor: int = 1,
-        prefetch_batches: int = 1,
         backend: str = "mp",
         start_method: str = "forkserver",
         backend_kwargs: dict[str, Any] | None = None,
@@ -156,7 +153,6 @@ class ApeXDQN(ApeXAlgorithm):
             replay_ratio=replay_ratio,
             n_actors=n_actors,  # type: ignore[arg-type]
             n_envs_per_actor=n_envs_per_actor,
-            prefetch_batches=prefetch_batches,
             backend=backend,
             start_method=start_method,
             backend_kwargs=backend_kwargs,
