@@ -228,6 +228,16 @@ def test_script_without_main_guard_fails_once_with_the_cause(tmp_path):
     assert len(result.stderr.splitlines()) < 40
 
 
+def test_apex_script_without_main_guard_fails_at_once(tmp_path):
+    """Ape-X restarts actors that die, but not one that could not start for want of a ``__main__`` guard."""
+    path = tmp_path / "train.py"
+    path.write_text("from sb3_async import ApeXDQN\nApeXDQN('MlpPolicy', 'CartPole-v1', n_actors=2).learn(2000)\n")
+    result = _run([sys.executable, str(path)], cwd=tmp_path)
+    assert result.returncode != 0
+    assert 'if __name__ == "__main__":' in result.stderr and "restarting" not in result.stderr, result.stderr
+    assert result.stderr.count("Traceback") == 1, result.stderr
+
+
 def test_notebook_runs_training(tmp_path):
     """A Jupyter notebook (its main module has no file) trains with workers: executed with a real kernel."""
     nbformat = pytest.importorskip("nbformat")

@@ -35,7 +35,7 @@ from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, Work
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec
-from sb3_async.common.runtime.processes import WorkerError
+from sb3_async.common.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
 from sb3_async.common.torch_utils import build_worker_policy
 
 
@@ -325,7 +325,7 @@ class ApeXAlgorithm(AsyncAlgorithm):
         """An actor died: restart it (Horgan et al.: actors may fail without stopping learning), up to
         ``max_actor_restarts`` times per actor and ``learn()`` call."""
         count = self._restarts.get(error.rank, 0)
-        if count >= self.max_actor_restarts:
+        if count >= self.max_actor_restarts or error.exitcode == EXIT_UNGUARDED_MAIN:  # a restart would fail alike
             raise error
         self._restarts[error.rank] = count + 1
         how = error.worker_traceback.strip().splitlines()[-1] if error.worker_traceback else f"exit code {error.exitcode}"

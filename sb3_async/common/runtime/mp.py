@@ -68,9 +68,14 @@ def start_forkserver() -> None:
     processes when it is built.
 
     Nothing is done in a process that is itself a child (a worker building a model starts the forkserver lazily, if
-    at all), or where the platform has no forkserver.
+    at all; a worker importing a main script without a ``__main__`` guard exits at its first ``learn()``), or where the
+    platform has no forkserver.
     """
-    if multiprocessing.parent_process() is not None or "forkserver" not in multiprocessing.get_all_start_methods():
+    if (
+        multiprocessing.parent_process() is not None
+        or getattr(multiprocessing.current_process(), "_inheriting", False)  # a worker importing an unguarded script
+        or "forkserver" not in multiprocessing.get_all_start_methods()
+    ):
         return
     process_context("forkserver", _FORKSERVER_PRELOAD)
     multiprocessing.forkserver.ensure_running()  # spawns the server and returns: the imports run in the server
