@@ -389,11 +389,23 @@ def _cartpole_dqn(seed: int) -> ApeXDQN:
     )
 
 
+class _StopAndKeepEvaluated(StopTrainingOnRewardThreshold):
+    """SB3's ``StopTrainingOnRewardThreshold`` that also keeps a copy of the policy's parameters as just evaluated."""
+
+    evaluated: dict[str, torch.Tensor]
+
+    def _on_step(self) -> bool:
+        self.evaluated = {name: value.detach().clone() for name, value in self.model.policy.state_dict().items()}
+        return super()._on_step()
+
+
 def _learns_and_returns_the_evaluated_model(model, env_id: str, threshold: float, total: int, every: int, margin: float):
     """SB3's ``EvalCallback`` (10 deterministic episodes, workers parked: the evaluated policy is the one that stops
-    training) with ``StopTrainingOnRewardThreshold``: ``learn()`` must stop on the threshold, and the model it returns
-    must score within ``margin`` of it on 20 fresh deterministic episodes (other seeds than the evaluations')."""
-    stop = StopTrainingOnRewardThreshold(threshold)
+    training) with ``StopTrainingOnRewardThreshold``: ``learn()`` must stop on the threshold and return the parameters
+    that evaluation saw (no update after it), and that model must score within ``margin`` of the threshold
+    on 20 fresh deterministic episodes (other seeds than the evaluations': a 10-episode mean just above the threshold
+    can spread by tens of points on fresh episodes)."""
+    stop = _StopAndKeepEvaluated(threshold)
     eval_callback = EvalCallback(
         gym.make(env_id), eval_freq=every // model.n_envs, n_eval_episodes=10, callback_on_new_best=stop
     )
@@ -401,6 +413,9 @@ def _learns_and_returns_the_evaluated_model(model, env_id: str, threshold: float
     model.learn(total, callback=eval_callback)
     seconds = time.perf_counter() - start
     assert eval_callback.last_mean_reward >= threshold, (eval_callback.last_mean_reward, model.num_timesteps, seconds)
+    # No update after the evaluation (a step moves parameters by ~1e-3); atol: the Ray backend's final additive merge
+    # (driver += host - base, in float32) can leave ~1e-9 of rounding where nothing changed
+    torch.testing.assert_close(model.policy.state_dict(), stop.evaluated, rtol=0.0, atol=1e-6)
     env = gym.make(env_id)
     env.reset(seed=12345)
     final, _ = evaluate_policy(model, env, n_eval_episodes=20, deterministic=True, warn=False)
@@ -414,7 +429,7 @@ def test_apex_dqn_solves_cartpole(one_torch_thread):
     """zoo_configs/apex_dqn.yml's CartPole-v1 entry: the model learn() returns is the one evaluated >= 475 (random:
     ~22). With the target copied every 25 learner batches its trials reached 475 within 60k env steps in 6/6 seeds
     (seed 0: 35k, ~11 s on an idle machine); 150k leaves room for a loaded CI machine's actor timing."""
-    _learns_and_returns_the_evaluated_model(_cartpole_dqn(seed=0), "CartPole-v1", 475, 150_000, 5000, margin=25)
+    _learns_and_returns_the_evaluated_model(_cartpole_dqn(seed=0), "CartPole-v1", 475, 150_000, 5000, margin=75)
 
 
 def test_apex_dpg_solves_pendulum(one_torch_thread):

@@ -318,7 +318,7 @@ def test_a3c_learns_cartpole_on_two_nodes(cluster, one_torch_thread):  # noqa: F
     model = A3C(
         "MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=8, learning_rate=1e-3, ent_coef=0.0, seed=0, backend="ray"
     )
-    _learns_and_returns_the_evaluated_model(model, "CartPole-v1", 475, 400_000, 10_000, margin=25)
+    _learns_and_returns_the_evaluated_model(model, "CartPole-v1", 475, 400_000, 10_000, margin=75)
 
 
 @pytest.mark.ray
@@ -327,4 +327,4 @@ def test_apex_dqn_learns_cartpole_on_two_nodes(cluster, one_torch_thread):  # no
     (38-53 s in 4 runs on an idle machine)."""
     model = _cartpole_dqn(seed=0)
     model.backend = "ray"
-    _learns_and_returns_the_evaluated_model(model, "CartPole-v1", 475, 150_000, 5000, margin=25)
+    _learns_and_returns_the_evaluated_model(model, "CartPole-v1", 475, 150_000, 5000, margin=75)
