@@ -162,3 +162,51 @@ def test_env_built_before_a_library_patches_gymnasium(tmp_path):
 
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "learned" in result.stdout, result.stderr[-3000:]
+
+
+def test_threads_beside_workers_caps_and_restores(monkeypatch):
+    from sb3_async.common import torch_utils
+
+    monkeypatch.setattr(torch_utils, "usable_cpus", lambda: 4)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        with torch_utils.threads_beside_workers(2) as threads:
+            assert threads == 2 == torch.get_num_threads()  # 4 CPUs - 2 workers
+        assert torch.get_num_threads() == 3
+        with torch_utils.threads_beside_workers(8) as threads:  # more workers than CPUs: still one thread
+            assert threads == 1 == torch.get_num_threads()
+        with torch_utils.threads_beside_workers(1) as threads:  # never raised above the user's choice
+            assert threads == 3 == torch.get_num_threads()
+        with pytest.raises(KeyError), torch_utils.threads_beside_workers(3):
+            raise KeyError("restored after an exception too")
+        assert torch.get_num_threads() == 3
+        with torch_utils.threads_beside_workers(0) as threads:  # no local workers (a joined Ray cluster)
+            assert threads == 3
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_learn_leaves_the_workers_their_cpus(monkeypatch):
+    """Torch's one thread per core next to busy workers oversubscribes the CPUs (the Ape-X learner ran at half speed):
+    during learn() the main process uses the CPUs the workers leave free, and its own setting comes back after."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from sb3_async.common import torch_utils
+
+    monkeypatch.setattr(torch_utils, "usable_cpus", lambda: 3)
+    seen = []
+
+    class Threads(BaseCallback):
+        def _on_step(self) -> bool:
+            seen.append(torch.get_num_threads())
+            return True
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0).learn(200, callback=Threads())
+        assert seen and set(seen) == {1}  # 3 CPUs - 2 workers
+        assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(before)

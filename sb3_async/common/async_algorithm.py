@@ -42,6 +42,7 @@ from sb3_async.common.normalization import (
 from sb3_async.common.runtime import BACKENDS, Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
 from sb3_async.common.runtime.mp import start_forkserver
 from sb3_async.common.runtime.processes import START_METHODS, WorkerError
+from sb3_async.common.torch_utils import threads_beside_workers
 
 SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
 
@@ -409,7 +410,8 @@ class AsyncAlgorithm(BaseAlgorithm):
         runtime = self._runtime = make_runtime(self.backend, self.start_method, getattr(self, "backend_kwargs", None))
         try:
             runtime.start(specs, worker_seed(self.seed), self.num_timesteps, total_timesteps)
-            with frozen_evaluations(self, callback):  # EvalCallbacks score a frozen policy (pause_for_eval)
+            # torch's default threads (one per core) next to busy workers would oversubscribe the CPUs
+            with threads_beside_workers(runtime.local_workers()), frozen_evaluations(self, callback):
                 self._supervise(runtime, callback, total_timesteps, log_interval, latest_obs)
         finally:
             self._runtime = None

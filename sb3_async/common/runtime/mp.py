@@ -248,6 +248,11 @@ class Runtime(ABC):
         :func:`restart_seed`); its step count goes on from its predecessor's. Both backends implement it."""
         raise NotImplementedError(f"{type(self).__name__} cannot restart worker {rank}")
 
+    def local_workers(self) -> int:
+        """How many of the started workers run on this machine (0 when unknown): the main process leaves them their
+        CPUs (see :func:`sb3_async.common.torch_utils.threads_beside_workers`)."""
+        return 0
+
     def publish(self, name: str) -> None:  # noqa: B027  (a no-op where shared memory reaches every worker)
         """The main process wrote the ``published`` entry ``name`` of the specs: make the workers see it (nothing to
         do with shared memory)."""
@@ -376,6 +381,9 @@ class MultiprocessingRuntime(Runtime):
                         self._open_conns.pop(conn, None)
                     continue
                 self._inbox.put((rank, *message))
+
+    def local_workers(self) -> int:
+        return len(self._specs)
 
     def steps(self) -> int:
         return int(self._steps[self._ranks].sum()) if self._ranks else 0

@@ -478,6 +478,11 @@ class RayRuntime(Runtime):
             raise self._errors.popleft()
         return out
 
+    def local_workers(self) -> int:
+        """All of them when the Ray instance is ours (started on this machine by :meth:`start`); 0 on a cluster we
+        joined, where the workers' nodes are Ray's choice."""
+        return len(self._specs) if self._owns_ray else 0
+
     def steps(self) -> int:
         return self._retired_steps + sum(host.steps for host in self._hosts if host.alive)
 
