@@ -48,7 +48,7 @@ class ApeXActorConfig(WorkerPolicyConfig):
     max_blocks_in_flight: int
     published: tuple[str, ...]
     model_class: type[ApeXActorModel]
-    exploration: float
+    exploration: float | np.ndarray  # one for all the actor's envs, or one per env
 
 
 class ApeXActorModel:
@@ -278,8 +278,8 @@ class ApeXAlgorithm(AsyncAlgorithm):
 
     # --- actors ----------------------------------------------------------------------------------------------------
 
-    def _actor_exploration(self, rank: int) -> float:
-        """The exploration parameter of actor ``rank`` (ε_i for DQN, σ for DPG)."""
+    def _actor_exploration(self, rank: int) -> float | np.ndarray:
+        """The exploration parameter of actor ``rank`` (σ for DPG), or one per env of the actor (ε_i for DQN)."""
         raise NotImplementedError
 
     def _share_state(self) -> None:

@@ -35,7 +35,7 @@ class _DQNActorModel(ApeXActorModel):
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         with torch.no_grad():
             greedy = self._q(obs).argmax(dim=1).numpy()
-        actions = epsilon_greedy(greedy, self.cfg.exploration, int(self.cfg.action_space.n), self.rng)  # type: ignore[attr-defined]
+        actions = epsilon_greedy(greedy, np.asarray(self.cfg.exploration), int(self.cfg.action_space.n), self.rng)  # type: ignore[attr-defined]
         return actions, actions
 
     def values(self, obs: np.ndarray) -> np.ndarray:
@@ -80,7 +80,9 @@ class ApeXDQN(ApeXAlgorithm):
     :param replay_ratio: None (the paper: both sides as fast as they can) or transitions replayed per transition
         inserted (see :class:`~sb3_async.apex.base.ApeXAlgorithm`)
     :param n_actors: actor processes; default the CPU count
-    :param n_envs_per_actor: envs per actor, their inference batched (1)
+    :param n_envs_per_actor: envs per actor, their inference batched (1). The paper's actors step one env each, so
+        ε_i indexes env copies: with N = ``n_actors * n_envs_per_actor`` copies, env j of actor r explores with
+        ε_{r * n_envs_per_actor + j}
     :param policy_kwargs: for the policy; by default the paper's centered RMSProp (decay 0.95, eps 1.5e-7, no momentum,
         appendix) as ``optimizer_class``/``optimizer_kwargs``; pass ``optimizer_class=torch.optim.Adam`` for SB3's DQN one
     Other arguments: :class:`~sb3_async.common.async_algorithm.AsyncAlgorithm`.
@@ -184,13 +186,18 @@ class ApeXDQN(ApeXAlgorithm):
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "policy.optimizer"], []
 
-    def _actor_exploration(self, rank: int) -> float:
-        return float(apex_epsilons(self.n_actors, self.exploration_base, self.exploration_alpha)[rank])
+    def _epsilons(self) -> np.ndarray:
+        """ε_i of every env copy, actor by actor: the paper's actors step one env each, so its i indexes env copies."""
+        return apex_epsilons(self.n_actors * self.n_envs_per_worker, self.exploration_base, self.exploration_alpha)
+
+    def _actor_exploration(self, rank: int) -> np.ndarray:
+        k = self.n_envs_per_worker
+        return self._epsilons()[rank * k : (rank + 1) * k]
 
     @property
     def exploration_rate(self) -> float:
-        """ε of ``predict(deterministic=False)`` and of ``rollout/exploration_rate``: the mean of the actors' ε_i."""
-        return float(np.mean(apex_epsilons(self.n_actors, self.exploration_base, self.exploration_alpha)))
+        """ε of ``predict(deterministic=False)`` and of ``rollout/exploration_rate``: the mean of the env copies' ε_i."""
+        return float(np.mean(self._epsilons()))
 
     def predict(
         self,
