@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Ape-X DQN CartPole-v1 trials: the zoo entry (apex_dqn.yml) with one change each, through scripts/apex_trial.py
+# Ape-X DQN CartPole-v1 trials: the first tuned entry (BASE below: 2 actors x 1 env, target copied every 100 batches;
+# apex_dqn.yml has moved on since, and the recorded trials name each difference in their change) with one change each,
+# through scripts/apex_trial.py
 # (evaluation every 5000 env steps off the clock, stop at the first 475, at most 60k env steps), one JSON line per run
 # appended to OUT. Seeds from $SEEDS (default "0 1 2"), at most $MAX_STEPS env steps (default 60000).
 #   SEEDS="0 1 2" OUT=trials.jsonl scripts/apex_dqn_cartpole_trials.sh '"target_update_interval": 25' '"n_steps": 5'

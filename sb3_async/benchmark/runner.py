@@ -29,6 +29,7 @@ import psutil
 from sb3_async.benchmark.registry import ENVS, peers_of
 from sb3_async.benchmark.run_one import EVENT_PREFIX, failed_record
 from sb3_async.benchmark.suites import RunSpec, Suite, plan_runs
+from sb3_async.common.torch_utils import usable_cpus
 
 #: Extra seconds a run may take beyond its budget (process start-up, evaluations, worker shutdown) before it is killed.
 TIMEOUT_MARGIN_SECONDS = 600.0
@@ -50,15 +51,10 @@ def machine_info() -> dict[str, Any]:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
-    usable: int | None
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
     return dict(
         cpu_model=cpu_model,
         cpu_count=os.cpu_count(),
-        usable_cpus=usable,
+        usable_cpus=usable_cpus(),
         memory_gb=round(psutil.virtual_memory().total / 2**30, 1),
         platform=platform.platform(),
         python=platform.python_version(),
