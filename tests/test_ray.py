@@ -99,7 +99,9 @@ def test_local_ray_is_started_and_shut_down():
         "MlpPolicy", "CartPole-v1", n_workers=2, seed=0, backend="ray", backend_kwargs={"init_kwargs": {"num_cpus": 2}}
     )
     before = [param.detach().clone() for param in model.policy.parameters()]
-    model.learn(3000)
+    callback = OnSteps(at=0)
+    model.learn(3000, callback=callback)
+    assert callback.local_workers == {2}  # a Ray we started runs every worker here: learn() leaves them their CPUs
     assert not ray.is_initialized()  # the Ray we started is gone
     assert model.num_timesteps >= 3000 and len(model.ep_info_buffer) > 0
     # The driver's policy is the parameter server: the workers' updates reached it.
@@ -115,14 +117,16 @@ def cluster():
 
 
 class OnSteps(BaseCallback):
-    """Calls ``action(model)`` once, at the first callback step at or after ``at`` global steps; records the nodes."""
+    """Calls ``action(model)`` once, at the first callback step at or after ``at`` global steps; records the nodes and
+    what the runtime counts as local workers."""
 
     def __init__(self, at: int, action=None):
         super().__init__()
-        self.at, self.action, self.nodes, self.done = at, action, set(), False
+        self.at, self.action, self.nodes, self.local_workers, self.done = at, action, set(), set(), False
 
     def _on_step(self) -> bool:
         self.nodes.update(self.model._runtime.worker_nodes().values())
+        self.local_workers.add(self.model._runtime.local_workers())
         if not self.done and self.num_timesteps >= self.at:
             self.done = True
             if self.action is not None:
@@ -138,6 +142,7 @@ def test_apex_actors_run_on_both_nodes_and_nothing_stays(cluster):
     callback = OnSteps(at=0)
     model.learn(2000, callback=callback)
     assert len(callback.nodes) == 2  # one host per node (SPREAD)
+    assert callback.local_workers == {0}  # a joined cluster places workers itself: the learner's threads stay as set
     assert model._n_updates > 0 and model.num_timesteps >= 2000
     assert ray.is_initialized() and len(ray.nodes()) == 2  # the user's cluster is left running
     assert _our_actors(ray) == []
