@@ -46,6 +46,9 @@ from sb3_async.common.torch_utils import threads_beside_workers
 
 SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
 
+#: Seconds the workers have to finish after a callback stopped training (their last messages are received meanwhile).
+_STOP_SECONDS = 30.0
+
 
 def check_int(name: str, value: Any, minimum: int = 1) -> int:
     """``value`` as an int >= ``minimum``, or a ``TypeError``/``ValueError`` naming ``name``."""
@@ -462,7 +465,11 @@ class AsyncAlgorithm(BaseAlgorithm):
     ) -> None:
         """Turn the workers' progress into SB3's ``learn()`` loop: one ``on_step()`` per ``n_envs`` global steps while
         ``num_timesteps < total_timesteps`` (SB3's loop condition, so a progress bar ends at ``total_timesteps``). Steps
-        the workers take after that (the end of their last segment) are counted once they have finished."""
+        the workers take after that (the end of their last segment) are counted once they have finished.
+
+        When a callback stops training, the workers are asked to stop and their last messages are still received
+        (every message exactly once): the learner no longer updates, but its replay gets every transition sent and
+        the rollout statistics every episode finished."""
         n_envs = self.n_envs
         start = self.num_timesteps
         # Episodes the workers reported, per env, oldest first: each callback step shows at most one per env (SB3's
@@ -472,9 +479,10 @@ class AsyncAlgorithm(BaseAlgorithm):
         iteration_steps = self._iteration_steps()
         next_log = start + iteration_steps * log_interval
         self._train_stats = {}
+        stopping, stop_deadline = False, math.inf
         while True:
             try:
-                messages = runtime.poll(timeout=self._learner_step())
+                messages = runtime.poll(timeout=0.02 if stopping else self._learner_step())
             except WorkerError as error:
                 self._on_worker_error(runtime, error)
                 messages = []
@@ -489,6 +497,10 @@ class AsyncAlgorithm(BaseAlgorithm):
                     self._on_message(rank, kind, data)
             target = start + runtime.steps()
             finished = not runtime.running()
+            if stopping:
+                if finished or time.monotonic() > stop_deadline:  # past the deadline, close() ends them
+                    break
+                continue
             new_obs = _read_obs(latest_obs) if self._callback_step_due(target, finished, total_timesteps) else None
             keep_going = True
             while keep_going and self._callback_step_due(target, finished, total_timesteps):
@@ -510,7 +522,8 @@ class AsyncAlgorithm(BaseAlgorithm):
             self._current_progress_remaining = max(0.0, 1.0 - self.num_timesteps / total_timesteps)
             if not keep_going:
                 runtime.request_stop()
-                break
+                stopping, stop_deadline = True, time.monotonic() + _STOP_SECONDS
+                continue
             if finished:
                 break
         # Episodes that ended in the workers' last segments (after the last callback) still count in the rollout

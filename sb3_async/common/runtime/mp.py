@@ -54,6 +54,8 @@ from sb3_async.common.runtime.processes import (
 
 BACKENDS = ("mp", "ray")
 
+_END = "__end__"  # the reader thread's mark that a worker's pipe reached its end (data: the worker's generation)
+
 #: Modules the forkserver imports once, so that each worker starts in a fraction of a second.
 _FORKSERVER_PRELOAD = ["torch", "numpy", "gymnasium", "stable_baselines3", "sb3_async.common.runtime"]
 
@@ -285,10 +287,13 @@ class MultiprocessingRuntime(Runtime):
         self._finished: list[bool] = []
         self._tracebacks: dict[int, str] = {}
         self._inbox: queue.SimpleQueue[tuple[int, str, Any]] = queue.SimpleQueue()
+        # Messages taken from the inbox and not yet returned by poll(): the one list they wait in (pause() and a
+        # dead worker's wait add to it, poll() hands it over and starts a new one, so each message leaves once).
         self._held: list[tuple[int, str, Any]] = []
+        self._ended: list[bool] = []  # whether each local worker's pipe reached its end (all it sent was taken)
         self._reader: threading.Thread | None = None
         self._reading = threading.Event()
-        self._open_conns: dict[Any, int] = {}
+        self._open_conns: dict[Any, tuple[int, int]] = {}  # pipe -> (rank, generation)
         self._conns_lock = threading.Lock()
         self._steps = torch.zeros(1, dtype=torch.int64)
         self._control = torch.zeros(2, dtype=torch.int64)  # [stop, pause]
@@ -321,6 +326,7 @@ class MultiprocessingRuntime(Runtime):
         self._control = torch.zeros(2, dtype=torch.int64).share_memory_()
         self._parked = torch.zeros(n_total, dtype=torch.int64).share_memory_()
         self._finished = [False] * len(specs)
+        self._ended = [False] * len(specs)
         self._generations = [0] * len(specs)
         self._procs = [None] * len(specs)
         self._conns = [None] * len(specs)  # type: ignore[list-item]
@@ -362,7 +368,7 @@ class MultiprocessingRuntime(Runtime):
         writer.close()
         self._procs[i], self._conns[i] = proc, reader
         with self._conns_lock:
-            self._open_conns[reader] = rank
+            self._open_conns[reader] = (rank, self._generations[i])
 
     def _read_loop(self) -> None:
         while self._reading.is_set():
@@ -373,12 +379,14 @@ class MultiprocessingRuntime(Runtime):
                 continue
             ready: list[Any] = wait(list(open_conns), timeout=0.1)
             for conn in ready:
-                rank = open_conns[conn]
+                rank, generation = open_conns[conn]
                 try:
                     message: tuple[str, Any] = conn.recv()
                 except (EOFError, OSError):
                     with self._conns_lock:
                         self._open_conns.pop(conn, None)
+                    # After the worker's last message in the inbox: once this is taken, nothing more can come from it.
+                    self._inbox.put((rank, _END, generation))
                     continue
                 self._inbox.put((rank, *message))
 
@@ -402,7 +410,7 @@ class MultiprocessingRuntime(Runtime):
         self._control[1] = 1
         deadline = time.monotonic() + timeout
         while True:
-            self._held += self._drain(0.0)
+            self._take(0.0)
             self._check_health()
             if self.parked():
                 return
@@ -422,13 +430,15 @@ class MultiprocessingRuntime(Runtime):
     def resume(self) -> None:
         self._control[1] = 0
 
-    def _drain(self, timeout: float | None) -> list[tuple[int, str, Any]]:
-        """Messages from the inbox (waiting up to ``timeout`` for the first); errors and ends are recorded."""
-        out, self._held = self._held, []
-        try:
-            items = [self._inbox.get(timeout=timeout)] if timeout else []
-        except queue.Empty:
-            items = []
+    def _take(self, timeout: float) -> None:
+        """Move the inbox into ``_held`` (waiting up to ``timeout`` for the first message); errors, ends and the ends
+        of pipes are recorded instead of held."""
+        items = []
+        if timeout > 0:
+            try:
+                items.append(self._inbox.get(timeout=timeout))
+            except queue.Empty:
+                return
         while True:
             try:
                 items.append(self._inbox.get_nowait())
@@ -439,9 +449,11 @@ class MultiprocessingRuntime(Runtime):
                 self._tracebacks[rank] = data
             elif kind == "done":
                 self._finished[self._index[rank]] = True
+            elif kind == _END:
+                i = self._index[rank]
+                self._ended[i] = self._ended[i] or data == self._generations[i]
             else:
-                out.append((rank, kind, data))
-        return out
+                self._held.append((rank, kind, data))
 
     def _check_health(self) -> None:
         for i, proc in enumerate(self._procs):
@@ -449,23 +461,21 @@ class MultiprocessingRuntime(Runtime):
             failed = rank in self._tracebacks
             if not failed and proc.is_alive():
                 continue
+            # Dead or failed: take everything it sent before it ended (its last messages, its traceback). Its pipe
+            # ends as soon as the process is gone; the deadline only covers a pipe that another process keeps open.
+            deadline = time.monotonic() + 2.0
+            while not self._ended[i] and time.monotonic() < deadline:
+                self._take(0.02)
+            proc.join(timeout=2.0)
             if not failed and proc.exitcode == 0:
                 self._finished[i] = True
                 continue
-            # Dead or failed: give its last message (the traceback) a moment to arrive.
-            deadline = time.monotonic() + 2.0
-            while rank not in self._tracebacks and proc.exitcode != EXIT_UNGUARDED_MAIN and time.monotonic() < deadline:
-                self._held += self._drain(0.05)
-            proc.join(timeout=2.0)
             raise WorkerError(rank, self._specs[i].name, proc.exitcode, self._tracebacks.get(rank))
 
     def poll(self, timeout: float) -> list[tuple[int, str, Any]]:
-        out = self._drain(timeout)
-        try:
-            self._check_health()
-        except WorkerError:
-            self._held = out + self._held  # the other workers' messages are not lost with the error
-            raise
+        self._take(timeout)
+        self._check_health()  # on a WorkerError the messages stay held: the next poll returns them
+        out, self._held = self._held, []
         return out
 
     def restart(self, rank: int) -> None:
@@ -478,7 +488,7 @@ class MultiprocessingRuntime(Runtime):
         self._conns[i].close()
         self._procs[i].close()
         self._tracebacks.pop(rank, None)
-        self._finished[i] = False
+        self._finished[i] = self._ended[i] = False
         self._parked[rank] = 0
         self._generations[i] += 1
         self._start_process(i)

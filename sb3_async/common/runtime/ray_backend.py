@@ -205,6 +205,7 @@ class _HostState:
     last_sync: float = 0.0
     published_versions: dict[str, int] = field(default_factory=dict)
     averaged: list[np.ndarray] | None = None
+    restarted: set[int] = field(default_factory=set)  # ranks restarted while an exchange was in flight
 
 
 class RayRuntime(Runtime):
@@ -445,8 +446,9 @@ class RayRuntime(Runtime):
                 write_rows(group, rows, values)
         if host.finished and (host.inflight_synced or not self._syncs()):
             host.done = True
+        stale, host.restarted = host.restarted, set()  # this reply left the host before those restarts
         for rank, name, exitcode, worker_traceback in reply["errors"]:
-            if rank not in self._failed:
+            if rank not in self._failed and rank not in stale:
                 self._failed.add(rank)
                 self._errors.append(WorkerError(rank, name, exitcode, worker_traceback))
         return list(reply["messages"])
@@ -522,6 +524,8 @@ class RayRuntime(Runtime):
         self._failed.discard(rank)
         self._generations[rank] += 1
         if host.alive:
+            if host.inflight is not None:
+                host.restarted.add(rank)
             self._ray.get(host.actor.restart.remote(rank))
             host.finished = host.done = False
             return
