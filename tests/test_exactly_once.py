@@ -404,3 +404,49 @@ def test_apex_actor_killed_and_restarted_leaves_each_transition_once(tmp_path):
         model.learn(6000, callback=EvalCallback(Monitor(TracedEnv()), eval_freq=50, n_eval_episodes=1))
     assert Path(marker).exists()
     _transitions_exactly_once(model)
+
+
+# --- the env pool: step results counted ----------------------------------------------------------------------------
+
+
+class CountingEnv(gym.Env):
+    """Its observation is the number of steps it has taken (episodes never end)."""
+
+    observation_space = spaces.Box(0, 2**24, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t % 7 == 0:
+            time.sleep(0.002)  # uneven step times: results come back in another order than sent
+        return np.array([self.t], np.float32), 0.0, False, False, {}
+
+
+def test_env_pool_returns_each_step_result_once():
+    """Asynchronous ``send``/``recv`` with partial receives: every env's results come back once each, in its order."""
+    from sb3_async import AsyncEnvPool
+
+    rng = np.random.default_rng(0)
+    with AsyncEnvPool(CountingEnv, n_envs=6, n_workers=2, local_envs=1) as pool:
+        pool.reset(seed=0)
+        seen = collections.defaultdict(list)
+        idle = set(range(6))
+        for _ in range(400):
+            pool.send({i: 0 for i in idle})
+            in_flight = 6
+            obs = pool.recv(min_ready=int(rng.integers(1, in_flight + 1)))[0]
+            for i, value in obs.items():
+                seen[i].append(int(value[0]))
+            idle = set(obs)
+        while len(idle) < 6:
+            obs = pool.recv(min_ready=6 - len(idle))[0]
+            for i, value in obs.items():
+                seen[i].append(int(value[0]))
+            idle |= set(obs)
+    for i in range(6):
+        assert seen[i] == list(range(1, len(seen[i]) + 1)), f"env {i}: results lost, repeated or out of order"
+    assert sum(len(values) for values in seen.values()) >= 400
