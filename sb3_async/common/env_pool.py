@@ -45,11 +45,11 @@ from gymnasium import spaces
 
 from sb3_async.common.runtime.processes import (
     WorkerError,
-    _report_and_exit,
-    _stop_processes,
-    _watch_parent,
     process_context,
+    report_and_exit,
     start_process,
+    stop_processes,
+    watch_parent,
 )
 
 if TYPE_CHECKING:
@@ -308,7 +308,7 @@ def _worker_main(
 ) -> None:
     """Entry point of an env worker process: build the envs, report their spaces, map the observation slots, serve."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle; it closes the pool
-    _watch_parent(parent_pid)
+    watch_parent(parent_pid)
     try:
         worker = _Worker(ids, cloudpickle.loads(factories_blob), autoreset, on_error)
         conn.send(("spaces", worker.spaces))
@@ -329,7 +329,7 @@ def _worker_main(
     except (EOFError, OSError, KeyboardInterrupt):
         pass  # the main process is gone or closed the pipe: nothing to report to
     except BaseException:
-        _report_and_exit(conn, "fatal")
+        report_and_exit(conn, "fatal")
     conn.close()
 
 
@@ -400,7 +400,7 @@ def _shutdown(
         except (OSError, ValueError):
             proc.terminate()
     procs = [proc for proc in procs if proc is not None]
-    _stop_processes(procs, timeout)
+    stop_processes(procs, timeout)
     for proc in procs:
         if not proc.is_alive():
             proc.close()

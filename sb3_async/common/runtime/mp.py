@@ -45,11 +45,11 @@ import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory red
 from sb3_async.common.runtime.processes import (
     EXIT_UNGUARDED_MAIN,
     WorkerError,
-    _report_and_exit,
-    _stop_processes,
-    _watch_parent,
     process_context,
+    report_and_exit,
     start_process,
+    stop_processes,
+    watch_parent,
 )
 
 BACKENDS = ("mp", "ray")
@@ -191,7 +191,7 @@ def _worker_main(
 ) -> None:
     """Entry point of every worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _watch_parent(parent_pid)
+    watch_parent(parent_pid)
     torch.set_num_threads(1)
     torch.distributions.Distribution.set_default_validate_args(False)  # per-step argument checks cost more than the net
     ctx = WorkerContext(
@@ -205,7 +205,7 @@ def _worker_main(
         fn(ctx, payload)
         conn.send(("done", None))
     except BaseException:
-        _report_and_exit(conn, "error")
+        report_and_exit(conn, "error")
     conn.close()
 
 
@@ -482,7 +482,7 @@ class MultiprocessingRuntime(Runtime):
         if rank not in self._index:
             raise ValueError(f"Invalid rank={rank!r}: this runtime runs workers {self._ranks}")
         i = self._index[rank]
-        _stop_processes([self._procs[i]], timeout=1.0)
+        stop_processes([self._procs[i]], timeout=1.0)
         with self._conns_lock:
             self._open_conns.pop(self._conns[i], None)
         self._conns[i].close()
@@ -500,7 +500,7 @@ class MultiprocessingRuntime(Runtime):
         self.request_stop()
         procs = [proc for proc in self._procs if proc is not None]
         # The reader thread keeps draining meanwhile, so a worker blocked on send() can finish.
-        _stop_processes(procs, timeout)
+        stop_processes(procs, timeout)
         self._reading.clear()
         if self._reader is not None:
             self._reader.join(timeout=1.0)

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from sb3_async.common.runtime.mp import MultiprocessingRuntime, Runtime, WorkerSpec, restart_seed
-from sb3_async.common.runtime.processes import WorkerError, _main_module_importable
+from sb3_async.common.runtime.processes import WorkerError, main_module_importable
 from sb3_async.common.runtime.ray_env import (  # the connect / release rules, shared with the env pool's Ray hosts
     NAMESPACE,
     RAY_INSTALL_HINT,
@@ -122,7 +122,7 @@ class RayHost:
         self._own_rows = np.asarray(ranks) + 1
         self._published = {name: entry_tensors(first[name]) for name in specs[0].published}
         self._runtime = MultiprocessingRuntime(start_method)
-        with _main_module_importable(always=True):
+        with main_module_importable(always=True):
             self._runtime.start(specs, seed, start_timesteps, total_timesteps, ranks=ranks, n_total=n_total)
 
     def node_id(self) -> str:
@@ -179,7 +179,7 @@ class RayHost:
         )
 
     def restart(self, rank: int) -> None:
-        with _main_module_importable(always=True):
+        with main_module_importable(always=True):
             self._runtime.restart(rank)
 
     def close(self) -> None:
