@@ -43,7 +43,8 @@ import cloudpickle
 import numpy as np
 import torch
 
-from sb3_async.common.runtime.mp import MultiprocessingRuntime, Runtime, WorkerSpec, restart_seed
+from sb3_async.common.runtime.base import Runtime, WorkerSpec, restart_seed
+from sb3_async.common.runtime.mp import MultiprocessingRuntime
 from sb3_async.common.runtime.processes import WorkerError, main_module_importable
 from sb3_async.common.runtime.ray_env import (  # the connect / release rules, shared with the env pool's Ray hosts
     NAMESPACE,
