@@ -14,9 +14,9 @@ from torch import nn
 
 from sb3_async.apex.base import ApeXActorModel, ApeXAlgorithm
 from sb3_async.apex.returns import NStepTransitions, bootstrapped_targets, weighted_squared_loss
-from sb3_async.common.async_algorithm import check_float
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
 from sb3_async.common.torch_utils import to_tensor
+from sb3_async.common.validation import check_float
 
 
 class _DPGActorModel(ApeXActorModel):

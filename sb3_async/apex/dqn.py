@@ -20,10 +20,10 @@ from sb3_async.apex.returns import (
     double_q_values,
     weighted_squared_loss,
 )
-from sb3_async.common.async_algorithm import check_float
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
 from sb3_async.common.exploration import epsilon_greedy
 from sb3_async.common.torch_utils import clip_grad_norm, to_tensor
+from sb3_async.common.validation import check_float
 
 
 class _DQNActorModel(ApeXActorModel):

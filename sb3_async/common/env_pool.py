@@ -51,6 +51,7 @@ from sb3_async.common.runtime.processes import (
     stop_processes,
     watch_parent,
 )
+from sb3_async.common.validation import check_backend, check_int
 
 if TYPE_CHECKING:
     from sb3_async.common.envpool_engine import EnvPoolGroup
@@ -62,8 +63,6 @@ ON_ERROR = ("raise", "restart")
 #: What steps the envs: gymnasium envs in worker processes (or this one), or EnvPool's C++ envs and threads
 #: (:mod:`sb3_async.common.envpool_engine`).
 ENGINES = ("gymnasium", "envpool")
-#: Where the envs run: worker processes on this machine, or Ray actors on a Ray cluster (the algorithms' backends).
-BACKENDS = ("mp", "ray")
 #: Keys the same-step autoreset adds to an ended env's info (gymnasium 1.x's names for its same-step vector mode).
 FINAL_OBS, FINAL_INFO = "final_obs", "final_info"
 
@@ -357,23 +356,6 @@ def _make_factories(env: str | EnvFactory | Sequence[EnvFactory], n_envs: int | 
     raise TypeError(f"env must be an env id, a callable returning an env, or a list of such callables; got {env!r}")
 
 
-def check_backend(backend: Any, backend_kwargs: Any) -> None:
-    """``ValueError``/``TypeError`` naming the argument for a ``backend`` not in :data:`BACKENDS` or bad
-    ``backend_kwargs`` (a dict or None; ``"mp"`` takes none)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")
-    if backend_kwargs is not None and not isinstance(backend_kwargs, dict):
-        raise TypeError(f"Invalid backend_kwargs={backend_kwargs!r}: expected a dict or None")
-    if backend == "mp" and backend_kwargs:
-        raise ValueError(f"Invalid backend_kwargs={backend_kwargs!r}: backend='mp' takes none")
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"Invalid {name}={value!r}: expected an integer >= {minimum}")
-    return int(value)
-
-
 def _shutdown(
     procs: list[Any],
     conns: list[Connection],
@@ -472,7 +454,7 @@ class AsyncEnvPool:
         engine: str = "gymnasium",
     ):
         if n_envs is not None:
-            n_envs = _check_int("n_envs", n_envs, 1)
+            n_envs = check_int("n_envs", n_envs, 1)
         if engine not in ENGINES:
             raise ValueError(f"Invalid engine={engine!r}: expected one of {', '.join(ENGINES)}")
         self.engine = engine
@@ -496,12 +478,12 @@ class AsyncEnvPool:
             raise ValueError("At least one env factory is needed")
         if n_workers is None:
             n_workers = min(self.n_envs, os.cpu_count() or 1)
-        self.n_workers = _check_int("n_workers", n_workers, 0)
+        self.n_workers = check_int("n_workers", n_workers, 0)
         if self.n_workers > self.n_envs:
             raise ValueError(f"Invalid n_workers={n_workers}: at most n_envs={self.n_envs} workers")
         if local_envs is None:
             local_envs = self.n_envs if self.n_workers == 0 else 0
-        self.local_envs = _check_int("local_envs", local_envs, 0)
+        self.local_envs = check_int("local_envs", local_envs, 0)
         if self.n_workers == 0 and self.local_envs != self.n_envs:
             raise ValueError(f"Invalid local_envs={local_envs} with n_workers=0: every env is local (n_envs={self.n_envs})")
         if self.n_workers > 0 and self.local_envs > self.n_envs - self.n_workers:

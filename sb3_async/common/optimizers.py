@@ -16,12 +16,13 @@ building one imports ``torch._dynamo``, seconds per process on a small machine.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch.optim import Optimizer
+
+from sb3_async.common.validation import check_float, check_nonnegative
 
 OPTIMIZER_NAMES = ("shared_rmsprop", "rmsprop", "sgd")
 
@@ -57,13 +58,6 @@ def momentum_sgd_update_(
         torch._foreach_mul_(buffers, momentum)
         torch._foreach_add_(buffers, grads, alpha=1 - momentum)
         torch._foreach_add_(params, buffers, alpha=-lr)
-
-
-def _check_number(name: str, value: float, allow_zero: bool = True) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"Invalid {name}={value!r}: expected a finite number >= 0")
-    if value == 0 and not allow_zero:
-        raise ValueError(f"Invalid {name}={value!r}: expected a finite number > 0")
 
 
 class _AsyncOptimizer(Optimizer):
@@ -166,12 +160,11 @@ class SharedRMSprop(_AsyncOptimizer):
         weight_decay: float = 0.0,
         shared: bool = True,
     ):
-        _check_number("lr", lr)
-        _check_number("eps", eps)
-        _check_number("initial_square_avg", initial_square_avg)
-        _check_number("weight_decay", weight_decay)
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha < 1.0:
-            raise ValueError(f"Invalid alpha={alpha!r}: expected 0 <= alpha < 1")
+        check_nonnegative("lr", lr)
+        check_nonnegative("eps", eps)
+        check_nonnegative("initial_square_avg", initial_square_avg)
+        check_nonnegative("weight_decay", weight_decay)
+        check_float("alpha", alpha, 0.0, 1.0, high_inclusive=False)
         defaults = dict(lr=lr, alpha=alpha, eps=eps, initial_square_avg=initial_square_avg, weight_decay=weight_decay)
         super().__init__(params, defaults, shared)
 
@@ -205,9 +198,8 @@ class MomentumSGD(_AsyncOptimizer):
         momentum: float = 0.9,
         shared: bool = False,
     ):
-        _check_number("lr", lr)
-        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0.0 <= momentum < 1.0:
-            raise ValueError(f"Invalid momentum={momentum!r}: expected 0 <= momentum < 1")
+        check_nonnegative("lr", lr)
+        check_float("momentum", momentum, 0.0, 1.0, high_inclusive=False)
         super().__init__(params, dict(lr=lr, momentum=momentum), shared)
 
     @staticmethod

@@ -11,8 +11,9 @@ from typing import Any
 
 from sb3_async.common.runtime.base import Runtime
 from sb3_async.common.runtime.mp import MultiprocessingRuntime
+from sb3_async.common.validation import BACKENDS
 
-BACKENDS = ("mp", "ray")
+__all__ = ["BACKENDS", "make_runtime"]
 
 
 def make_runtime(backend: str, start_method: str, backend_kwargs: dict[str, Any] | None = None) -> Runtime:

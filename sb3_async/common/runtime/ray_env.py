@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from sb3_async.common.validation import check_nonnegative
+
 if TYPE_CHECKING:
     from sb3_async.common.env_pool import SharedObs
 
@@ -103,13 +105,6 @@ def release_ray(ray: Any, actors: Sequence[Any], prefix: str, owns_ray: bool, ti
             warnings.warn(f"Ray still lists actors of this run {timeout} s after they were killed: {left}", stacklevel=3)
     if owns_ray:
         ray.shutdown()
-
-
-def check_nonnegative(name: str, value: Any) -> float:
-    """``value`` as a float, or a ``ValueError`` naming ``name`` unless it is a finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-        raise ValueError(f"Invalid {name}={value!r}: expected a finite number >= 0")
-    return float(value)
 
 
 def wait_ready(ray: Any, refs: list[Any], timeout: float | None) -> list[Any]:
