@@ -25,6 +25,7 @@ from sb3_async.benchmark.__main__ import main
 from sb3_async.benchmark.plots import curve_band, plot_results
 from sb3_async.benchmark.run_one import EvalClock, _worker_overrides, _zoo_entry, true_num_timesteps
 from sb3_async.benchmark.runner import _Progress, execute, load_results, merge_results
+from sb3_async.benchmark.stats import group_stats, median_to_threshold, ratio, ratio_rows
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -124,16 +125,16 @@ def test_cli_rejects_unknown_names_saying_what_is_accepted() -> None:
 
 
 def test_median_counts_not_reached_as_infinitely_slow() -> None:
-    assert report.median_to_threshold([3.0, 1.0, 2.0]) == 2.0
-    assert report.median_to_threshold([3.0, None, 1.0]) == 3.0  # one of three failed: still measured
-    assert report.median_to_threshold([1.0, None, None]) is None  # two of three failed: n/r
-    assert report.median_to_threshold([1.0, 3.0]) == 2.0
-    assert report.median_to_threshold([1.0, None]) is None  # half failed (even count): n/r
-    assert report.median_to_threshold([]) is None
+    assert median_to_threshold([3.0, 1.0, 2.0]) == 2.0
+    assert median_to_threshold([3.0, None, 1.0]) == 3.0  # one of three failed: still measured
+    assert median_to_threshold([1.0, None, None]) is None  # two of three failed: n/r
+    assert median_to_threshold([1.0, 3.0]) == 2.0
+    assert median_to_threshold([1.0, None]) is None  # half failed (even count): n/r
+    assert median_to_threshold([]) is None
 
 
 def test_ratio_and_its_description() -> None:
-    assert report.ratio(5.0, 20.0) == 0.25
+    assert ratio(5.0, 20.0) == 0.25
     assert report.describe_ratio(5.0, 20.0) == "0.25"
     assert report.describe_ratio(None, 20.0) == "ours n/r"
     assert report.describe_ratio(5.0, None) == "peer n/r"
@@ -179,7 +180,7 @@ def test_group_stats_and_ratio_rows_on_hand_made_records() -> None:
         _record("a3c", 2, 6.0, 80_000, 500.0),
         _record("a2c", 2, None, None, 100.0, error="Traceback: boom"),  # crashed: left out of the medians
     ]
-    stats = {s.algo: s for s in report.group_stats(runs)}
+    stats = {s.algo: s for s in group_stats(runs)}
     a3c, a2c = stats["a3c"], stats["a2c"]
     assert (a3c.runs, a3c.reached, a3c.errors) == (3, 2, 0)
     assert a3c.median_seconds == 10.0 and a3c.median_steps == 100_000  # median of (6, 10, inf)
@@ -187,7 +188,7 @@ def test_group_stats_and_ratio_rows_on_hand_made_records() -> None:
     assert a2c.median_seconds == 30.0 and a2c.median_steps == 150_000  # the two that ran
     assert a3c.final_mean == 500.0 and a3c.final_means == [500.0, 300.0, 500.0]
     assert a3c.steps_per_second == 2000.0 and a3c.peak_rss_mb == 101.0
-    (row,) = report.ratio_rows(list(stats.values()), {"a3c": ["a2c"]})
+    (row,) = ratio_rows(list(stats.values()), {"a3c": ["a2c"]})
     assert row.ours is a3c and row.peer is a2c
     assert row.seconds_ratio == pytest.approx(10.0 / 30.0) and row.steps_ratio == pytest.approx(100_000 / 150_000)
 
@@ -205,7 +206,7 @@ def test_each_variant_of_ours_is_paired_with_the_default_peer() -> None:
         _record("a2c", 0, 40.0, 200_000, 480.0),
         _record("a2c", 0, 1.0, 1000, 480.0, variant="tuned", run_id="y"),  # a peer's variant is not a reference
     ]
-    rows = report.ratio_rows(report.group_stats(runs), {"a3c": ["a2c"]})
+    rows = ratio_rows(group_stats(runs), {"a3c": ["a2c"]})
     assert [(row.ours.label, row.peer.label, row.seconds_ratio) for row in rows] == [
         ("a3c", "a2c", 0.25),
         ("a3c lr 1e-3", "a2c", 0.125),
@@ -234,7 +235,7 @@ def test_merge_reads_invocations_of_one_protocol_as_one_table(tmp_path: Path) ->
     second["machine"]["load_average_at_start"] = [0.5, 0.25, 0.125]
     merged = merge_results([first, second])
     assert merged["suite"]["seeds"] == [0, 1] and len(merged["runs"]) == 4 and merged["wall_seconds"] == 24.0
-    stats = {s.algo: s for s in report.group_stats(merged["runs"])}
+    stats = {s.algo: s for s in group_stats(merged["runs"])}
     assert stats["a3c"].median_seconds == 20.0 and stats["a2c"].median_seconds == 30.0  # medians over both parts
     markdown = report.render_markdown(merged)
     assert "merged from 2 invocations" in markdown and "--first-seed 1`" in markdown and "0.50, 0.25, 0.12" in markdown
