@@ -15,7 +15,7 @@ from stable_baselines3.common.logger import configure
 
 from sb3_async import ApeXDPG, ApeXDQN, WorkerError
 from sb3_async.apex.base import published_parameters
-from sb3_async.apex.dqn import _DQNActorModel
+from sb3_async.apex.dqn import DQNActorModel
 from sb3_async.apex.policies import DuelingQNetwork
 from sb3_async.apex.returns import (
     NStepBuilder,
@@ -55,7 +55,7 @@ def test_each_env_copy_has_its_own_epsilon():
     assert model.exploration_rate == pytest.approx(np.mean(apex_epsilons(4)))
     cfg = specs[0].payload
     cfg.exploration = np.array([0.0, 1.0])  # env 0 greedy, env 1 uniformly random
-    actor = _DQNActorModel(model.policy, cfg, np.random.default_rng(0))
+    actor = DQNActorModel(model.policy, cfg, np.random.default_rng(0))
     obs = np.zeros((2, 4), dtype=np.float32)
     greedy = int(model.policy.q_net(torch.as_tensor(obs[:1])).argmax())
     actions = np.array([actor.act(obs)[0] for _ in range(200)])
@@ -130,7 +130,7 @@ def test_actor_priorities_are_the_n_step_double_q_errors():
         for param in model.policy.q_net_target.parameters():
             param.add_(torch.randn_like(param) * 0.5)
     cfg = model._worker_specs()[0].payload
-    actor = _DQNActorModel(model.policy, cfg, np.random.default_rng(0))
+    actor = DQNActorModel(model.policy, cfg, np.random.default_rng(0))
     rng = np.random.default_rng(1)
     block = NStepTransitions(
         obs=rng.normal(size=(4, 4)).astype(np.float32),

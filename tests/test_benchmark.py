@@ -23,8 +23,8 @@ from sb3_async import A3C
 from sb3_async.benchmark import registry, report, suites
 from sb3_async.benchmark.__main__ import main
 from sb3_async.benchmark.plots import curve_band, plot_results
-from sb3_async.benchmark.run_one import EvalClock, _worker_overrides, _zoo_entry, true_num_timesteps
-from sb3_async.benchmark.runner import _Progress, execute, load_results, merge_results
+from sb3_async.benchmark.run_one import EvalClock, true_num_timesteps, worker_overrides, zoo_entry
+from sb3_async.benchmark.runner import Progress, execute, load_results, merge_results
 from sb3_async.benchmark.stats import group_stats, median_to_threshold, ratio, ratio_rows
 
 REPO = Path(__file__).resolve().parent.parent
@@ -372,11 +372,11 @@ def test_scaling_and_optimizer_variants() -> None:
     assert {run.algo for run in scaling} == {"a3c", "async_one_step_q", "async_sarsa", "async_n_step_q", "apex_dqn"}  # no peer
     assert [run.params for run in scaling[:3]] == [{"n_workers": 1}, {"n_workers": 2}, {"n_workers": 4}]
     config = yaml.safe_load((REPO / "zoo_configs" / "a3c.yml").read_text())["CartPole-v1"]
-    assert _worker_overrides(config, {"n_workers": 4}) == {
+    assert worker_overrides(config, {"n_workers": 4}) == {
         "n_workers": 4, "n_envs": 4 * config["n_envs_per_worker"], "n_envs_per_worker": config["n_envs_per_worker"]
     }  # fmt: skip
-    assert _worker_overrides({"n_envs": 16}, {"n_workers": 4}) == {"n_workers": 4, "n_envs": 4, "n_envs_per_worker": 1}
-    assert _worker_overrides(config, {"learning_rate": 1e-3}) == {"learning_rate": 1e-3}
+    assert worker_overrides({"n_envs": 16}, {"n_workers": 4}) == {"n_workers": 4, "n_envs": 4, "n_envs_per_worker": 1}
+    assert worker_overrides(config, {"learning_rate": 1e-3}) == {"learning_rate": 1e-3}
 
     sweep = suites.plan_runs(suites.get_suite("optimizers"), algos=["a3c"])
     rates = suites.SWEEP_LEARNING_RATES
@@ -461,11 +461,11 @@ def test_async_workers_are_parked_during_evaluation_and_budget_stops() -> None:
 
 def test_zoo_entry_lookup_follows_the_zoo_and_aliases() -> None:
     a2c = registry.get_algorithm("a2c").config_path()
-    key, entry = _zoo_entry(a2c, "PongNoFrameskip-v4", None)
+    key, entry = zoo_entry(a2c, "PongNoFrameskip-v4", None)
     assert key == "atari" and entry["frame_stack"] == 4
-    key, entry = _zoo_entry(a2c, "HalfCheetah-v5", registry.get_algorithm("a2c").config_aliases["HalfCheetah-v5"])
+    key, entry = zoo_entry(a2c, "HalfCheetah-v5", registry.get_algorithm("a2c").config_aliases["HalfCheetah-v5"])
     assert key == "HalfCheetah-v4" and entry["normalize"] is True
-    key, entry = _zoo_entry(registry.get_algorithm("a3c").config_path(), "CartPole-v1", None)
+    key, entry = zoo_entry(registry.get_algorithm("a3c").config_path(), "CartPole-v1", None)
     assert key == "CartPole-v1" and entry["n_workers"] == 2
 
 
@@ -475,7 +475,7 @@ def test_zoo_entry_lookup_follows_the_zoo_and_aliases() -> None:
 def test_a_failing_run_is_recorded_with_its_error(tmp_path: Path) -> None:
     (spec,) = [run for run in suites.plan_runs(suites.get_suite("smoke"), seeds=1) if run.algo == "a2c"]
     broken = suites.RunSpec.from_dict({**spec.to_dict(), "config": str(tmp_path / "missing.yml")})
-    record = execute(broken, tmp_path, _Progress(1, enabled=False, desc="test"), tmp_path / "logs")
+    record = execute(broken, tmp_path, Progress(1, enabled=False, desc="test"), tmp_path / "logs")
     assert record["error"] and "missing.yml" in record["error"] and record["stop_reason"] == "error"
     assert record["seconds_to_threshold"] is None and record["curve"] == []
     assert (tmp_path / "logs" / f"{spec.run_id}.log").is_file()

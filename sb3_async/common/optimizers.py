@@ -60,7 +60,7 @@ def momentum_sgd_update_(
         torch._foreach_add_(params, buffers, alpha=-lr)
 
 
-class _AsyncOptimizer(Optimizer):
+class AsyncOptimizer(Optimizer):
     """Common part: eager state, export/attach of the state tensors, ``shared`` flag, one update rule."""
 
     #: names of the per-parameter state tensors, in the order used by :meth:`state_tensors`
@@ -124,7 +124,7 @@ class _AsyncOptimizer(Optimizer):
         return loss
 
 
-class SharedRMSprop(_AsyncOptimizer):
+class SharedRMSprop(AsyncOptimizer):
     r"""RMSProp of the A3C paper, supplementary eqs. S1–S2, applied without locks.
 
     .. math::
@@ -178,7 +178,7 @@ class SharedRMSprop(_AsyncOptimizer):
         return hyper
 
 
-class MomentumSGD(_AsyncOptimizer):
+class MomentumSGD(AsyncOptimizer):
     r"""Momentum SGD of the A3C paper (supplementary §1), one momentum vector per worker.
 
     .. math:: m_i \leftarrow \alpha m_i + (1 - \alpha)\,\Delta\theta_i, \qquad \theta \leftarrow \theta - \eta\, m_i
@@ -208,21 +208,21 @@ class MomentumSGD(_AsyncOptimizer):
 
 
 class WorkerOptimizer:
-    """A worker's side of an :class:`_AsyncOptimizer`: the same rule on the shared parameters and state.
+    """A worker's side of an :class:`AsyncOptimizer`: the same rule on the shared parameters and state.
 
     Shared optimizers keep a reference to the state (every worker updates the same statistics); per-worker ones copy
     it, so each worker starts from the saved statistics and then keeps its own.
 
     :param optimizer_class: the main process' optimizer class (``SharedRMSprop`` or ``MomentumSGD``)
-    :param hyperparameters: its :meth:`_AsyncOptimizer.hyperparameters`
+    :param hyperparameters: its :meth:`AsyncOptimizer.hyperparameters`
     :param params: the shared parameters
-    :param state: its :meth:`_AsyncOptimizer.state_tensors`
+    :param state: its :meth:`AsyncOptimizer.state_tensors`
     :param shared: whether the state is shared
     """
 
     def __init__(
         self,
-        optimizer_class: type[_AsyncOptimizer],
+        optimizer_class: type[AsyncOptimizer],
         hyperparameters: dict[str, Any],
         params: list[torch.Tensor],
         state: list[torch.Tensor],
@@ -238,14 +238,14 @@ class WorkerOptimizer:
         self.optimizer_class.update_(self.params, grads, self.state, lr=lr, **self.hyperparameters)
 
 
-def as_async_optimizer(optimizer: Optimizer) -> _AsyncOptimizer:
+def as_async_optimizer(optimizer: Optimizer) -> AsyncOptimizer:
     """``optimizer`` if it is one of the paper's optimizers, else a ``TypeError`` (workers could not apply it)."""
-    if not isinstance(optimizer, _AsyncOptimizer):
+    if not isinstance(optimizer, AsyncOptimizer):
         raise TypeError(f"Expected SharedRMSprop or MomentumSGD, got {type(optimizer).__name__}")
     return optimizer
 
 
-def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float, **kwargs: Any) -> _AsyncOptimizer:
+def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float, **kwargs: Any) -> AsyncOptimizer:
     """Build one of the paper's three optimizers by name.
 
     :param name: ``"shared_rmsprop"`` (paper default), ``"rmsprop"`` (per-worker statistics) or ``"sgd"``
