@@ -24,16 +24,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sb3_async.common.runtime.base import Runtime, WorkerContext, WorkerSpec, restart_seed, worker_seed
-    from sb3_async.common.runtime.factory import BACKENDS, make_runtime
+    from sb3_async.common.runtime.factory import make_runtime
     from sb3_async.common.runtime.mp import MultiprocessingRuntime
     from sb3_async.common.runtime.processes import START_METHODS, WorkerError
+    from sb3_async.common.validation import BACKENDS
 
 _LAZY = {
     **dict.fromkeys(
         ("Runtime", "WorkerContext", "WorkerSpec", "restart_seed", "worker_seed"), "sb3_async.common.runtime.base"
     ),
-    **dict.fromkeys(("BACKENDS", "make_runtime"), "sb3_async.common.runtime.factory"),
+    "make_runtime": "sb3_async.common.runtime.factory",
     "MultiprocessingRuntime": "sb3_async.common.runtime.mp",
+    "BACKENDS": "sb3_async.common.validation",
     **dict.fromkeys(("START_METHODS", "WorkerError"), "sb3_async.common.runtime.processes"),
 }
 

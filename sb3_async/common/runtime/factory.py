@@ -13,7 +13,7 @@ from sb3_async.common.runtime.base import Runtime
 from sb3_async.common.runtime.mp import MultiprocessingRuntime
 from sb3_async.common.validation import BACKENDS
 
-__all__ = ["BACKENDS", "make_runtime"]
+__all__ = ["make_runtime"]
 
 
 def make_runtime(backend: str, start_method: str, backend_kwargs: dict[str, Any] | None = None) -> Runtime:
