@@ -7,6 +7,20 @@ import pytest
 os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
 
 
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread in the main process for the test (restored after): tiny networks and learners that share the
+    cores with workers step faster on one thread than with torch's intra-op threads spinning on busy cores (measured:
+    ~25x slower Ape-X learner batches with 2 threads than with 1 on 2 loaded cores). Test files with many such tests
+    use it for all of them (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @contextlib.contextmanager
 def two_node_cluster():
     """A real two-node Ray cluster on this machine (head + one node, 2 CPUs each), started by "the user" (us here), as

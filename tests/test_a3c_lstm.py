@@ -31,13 +31,8 @@ from sb3_async.common.runtime import WorkerContext
 SMALL_LSTM = dict(lstm_hidden_size=16, net_arch=[16])
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Any:
-    """Small LSTMs step much faster on one thread than on cores shared with the workers of other tests."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Small LSTMs step much faster on one thread than on cores shared with the workers of other tests.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 _RECEIVERS: list[Any] = []  # the main process' ends of the in-process workers' pipes, kept open

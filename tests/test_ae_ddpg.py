@@ -29,15 +29,9 @@ from sb3_async import (
 from sb3_async.ae_ddpg.ae_ddpg import EpisodeCaches, ddpg_targets, rho_for_n_envs, weighted_critic_loss
 from sb3_async.common.env_pool import EnvError
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Any:
-    """The learner with one torch thread, as the benchmark runs it: on 2 cores its intra-op threads would otherwise
-    spin on the env workers' core."""
-    threads = th.get_num_threads()
-    th.set_num_threads(1)
-    yield
-    th.set_num_threads(threads)
+# The learner with one torch thread, as the benchmark runs it: on 2 cores its intra-op threads would otherwise spin on
+# the env workers' core.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 SMALL_NET = dict(net_arch=dict(pi=[16], qf=[16]))

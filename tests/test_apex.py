@@ -8,14 +8,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.logger import configure
 
 from sb3_async import ApeXDPG, ApeXDQN, WorkerError
 from sb3_async.apex.base import published_parameters
-from sb3_async.apex.dqn import _DQNActorModel
+from sb3_async.apex.dqn import DQNActorModel
 from sb3_async.apex.policies import DuelingQNetwork
 from sb3_async.apex.returns import (
     NStepBuilder,
@@ -27,9 +25,8 @@ from sb3_async.apex.returns import (
     stack_transitions,
     weighted_squared_loss,
 )
-from tests.test_reliability import FailingEnv
+from tests.helpers import FAST_DQN, FailingEnv, learns_and_returns_the_evaluated_model, zoo_model
 
-FAST_DQN = dict(n_actors=2, learning_starts=64, batch_size=32, block_size=10, seed=0)
 FAST_DPG = dict(n_actors=2, learning_starts=64, batch_size=32, block_size=10, seed=0, policy_kwargs=dict(net_arch=[32, 32]))
 
 
@@ -55,7 +52,7 @@ def test_each_env_copy_has_its_own_epsilon():
     assert model.exploration_rate == pytest.approx(np.mean(apex_epsilons(4)))
     cfg = specs[0].payload
     cfg.exploration = np.array([0.0, 1.0])  # env 0 greedy, env 1 uniformly random
-    actor = _DQNActorModel(model.policy, cfg, np.random.default_rng(0))
+    actor = DQNActorModel(model.policy, cfg, np.random.default_rng(0))
     obs = np.zeros((2, 4), dtype=np.float32)
     greedy = int(model.policy.q_net(torch.as_tensor(obs[:1])).argmax())
     actions = np.array([actor.act(obs)[0] for _ in range(200)])
@@ -130,7 +127,7 @@ def test_actor_priorities_are_the_n_step_double_q_errors():
         for param in model.policy.q_net_target.parameters():
             param.add_(torch.randn_like(param) * 0.5)
     cfg = model._worker_specs()[0].payload
-    actor = _DQNActorModel(model.policy, cfg, np.random.default_rng(0))
+    actor = DQNActorModel(model.policy, cfg, np.random.default_rng(0))
     rng = np.random.default_rng(1)
     block = NStepTransitions(
         obs=rng.normal(size=(4, 4)).astype(np.float32),
@@ -369,7 +366,7 @@ def test_callback_stop_ends_learning():
 
 
 def test_dead_actor_is_reported():
-    model = ApeXDQN("MlpPolicy", lambda: FailingEnv(after=200, how="kill"), max_actor_restarts=0, **FAST_DQN)
+    model = ApeXDQN("MlpPolicy", lambda: FailingEnv(fail_at=200, how="kill"), max_actor_restarts=0, **FAST_DQN)
     start = time.monotonic()
     with pytest.raises(WorkerError, match="SIGKILL") as info:
         model.learn(1_000_000)
@@ -380,93 +377,17 @@ def test_dead_actor_is_reported():
 # --- learning --------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def one_torch_thread():
-    """The learner shares the cores with the actors: torch's intra-op threads in the main process then spin on busy
-    cores (measured here: ~25x slower batches with 2 threads than with 1 on 2 loaded cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _cartpole_dqn(seed: int, n_actors: int = 1, n_envs_per_actor: int = 2) -> ApeXDQN:
-    """zoo_configs/apex_dqn.yml's CartPole-v1 entry (its layout of actors and envs unless given)."""
-    return ApeXDQN(
-        "MlpPolicy",
-        "CartPole-v1",
-        n_actors=n_actors,
-        n_envs_per_actor=n_envs_per_actor,
-        learning_rate=2e-3,
-        batch_size=256,
-        buffer_size=2_500,
-        learning_starts=1000,
-        target_update_interval=25,
-        replay_ratio=32,
-        policy_kwargs=dict(net_arch=[64, 64], optimizer_class=torch.optim.Adam, optimizer_kwargs=dict(fused=True)),
-        seed=seed,
-    )
-
-
-class _StopAndKeepEvaluated(StopTrainingOnRewardThreshold):
-    """SB3's ``StopTrainingOnRewardThreshold`` that also keeps a copy of the policy's parameters as just evaluated."""
-
-    evaluated: dict[str, torch.Tensor]
-
-    def _on_step(self) -> bool:
-        self.evaluated = {name: value.detach().clone() for name, value in self.model.policy.state_dict().items()}
-        return super()._on_step()
-
-
-def _learns_and_returns_the_evaluated_model(model, env_id: str, threshold: float, total: int, every: int, margin: float):
-    """SB3's ``EvalCallback`` (20 deterministic episodes, workers parked: the evaluated policy is the one that stops
-    training) with ``StopTrainingOnRewardThreshold``: ``learn()`` must stop on the threshold and return the parameters
-    that evaluation saw (no update after it), and that model must score within ``margin`` of the threshold
-    on 20 fresh deterministic episodes (other seeds than the evaluations'). A mean just above the threshold can spread
-    on fresh episodes: with 10-episode evaluations, a CartPole stop at 476.3 +- 38.9 scored 399.3 on fresh ones (CI,
-    the Ray test); 20 make a lucky draw less likely."""
-    stop = _StopAndKeepEvaluated(threshold)
-    eval_callback = EvalCallback(
-        gym.make(env_id), eval_freq=every // model.n_envs, n_eval_episodes=20, callback_on_new_best=stop
-    )
-    start = time.perf_counter()
-    model.learn(total, callback=eval_callback)
-    seconds = time.perf_counter() - start
-    assert eval_callback.last_mean_reward >= threshold, (eval_callback.last_mean_reward, model.num_timesteps, seconds)
-    # No update after the evaluation (a step moves parameters by ~1e-3); atol: the Ray backend's final additive merge
-    # (driver += host - base, in float32) can leave ~1e-9 of rounding where nothing changed
-    torch.testing.assert_close(model.policy.state_dict(), stop.evaluated, rtol=0.0, atol=1e-6)
-    env = gym.make(env_id)
-    env.reset(seed=12345)
-    final, _ = evaluate_policy(model, env, n_eval_episodes=20, deterministic=True, warn=False)
-    print(
-        f"{type(model).__name__} {env_id}: stopped at {model.num_timesteps} steps, {seconds:.0f} s; returned model {final:.1f}"
-    )
-    assert final >= threshold - margin, final
-
-
-def test_apex_dqn_solves_cartpole(one_torch_thread):
+def test_apex_dqn_solves_cartpole(one_torch_thread, tmp_path):
     """zoo_configs/apex_dqn.yml's CartPole-v1 entry: the model learn() returns is the one evaluated >= 475 (random:
     ~22). Raced on seeds 6-29 it reached 475 within 10k-60k env steps (median 30k, 24/24 seeds); 150k leaves room
     for a loaded CI machine's actor timing."""
-    _learns_and_returns_the_evaluated_model(_cartpole_dqn(seed=0), "CartPole-v1", 475, 150_000, 5000, margin=75)
+    model = zoo_model("apex_dqn", "CartPole-v1", tmp_path, seed=0)
+    learns_and_returns_the_evaluated_model(model, "CartPole-v1", 475, 150_000, 5000, margin=75)
 
 
-def test_apex_dpg_solves_pendulum(one_torch_thread):
+def test_apex_dpg_solves_pendulum(one_torch_thread, tmp_path):
     """zoo_configs/apex_dpg.yml's Pendulum-v1 entry: the model learn() returns is the one evaluated >= -200 (random:
     about -1200 to -1500); on 20 fresh episodes it scores >= -250 (a good Pendulum policy's episodes spread by ~100).
     The entry reached -200 in 15/15 benchmark seeds within 8k-24k env steps (20-75 s); 40k leaves room."""
-    model = ApeXDPG(
-        "MlpPolicy",
-        "Pendulum-v1",
-        n_actors=2,
-        gamma=0.98,
-        learning_rate=1e-3,
-        batch_size=128,
-        buffer_size=200_000,
-        learning_starts=1000,
-        replay_ratio=64,
-        policy_kwargs=dict(activation_fn=torch.nn.ReLU, optimizer_kwargs=dict(fused=True)),
-        seed=0,
-    )
-    _learns_and_returns_the_evaluated_model(model, "Pendulum-v1", -200, 40_000, 2000, margin=50)
+    model = zoo_model("apex_dpg", "Pendulum-v1", tmp_path, seed=0)
+    learns_and_returns_the_evaluated_model(model, "Pendulum-v1", -200, 40_000, 2000, margin=50)

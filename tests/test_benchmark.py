@@ -23,8 +23,9 @@ from sb3_async import A3C
 from sb3_async.benchmark import registry, report, suites
 from sb3_async.benchmark.__main__ import main
 from sb3_async.benchmark.plots import curve_band, plot_results
-from sb3_async.benchmark.run_one import EvalClock, _worker_overrides, _zoo_entry, true_num_timesteps
-from sb3_async.benchmark.runner import _Progress, execute, load_results, merge_results
+from sb3_async.benchmark.run_one import EvalClock, true_num_timesteps, worker_overrides, zoo_entry
+from sb3_async.benchmark.runner import Progress, execute, load_results, merge_results
+from sb3_async.benchmark.stats import group_stats, median_to_threshold, ratio, ratio_rows
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -124,16 +125,16 @@ def test_cli_rejects_unknown_names_saying_what_is_accepted() -> None:
 
 
 def test_median_counts_not_reached_as_infinitely_slow() -> None:
-    assert report.median_to_threshold([3.0, 1.0, 2.0]) == 2.0
-    assert report.median_to_threshold([3.0, None, 1.0]) == 3.0  # one of three failed: still measured
-    assert report.median_to_threshold([1.0, None, None]) is None  # two of three failed: n/r
-    assert report.median_to_threshold([1.0, 3.0]) == 2.0
-    assert report.median_to_threshold([1.0, None]) is None  # half failed (even count): n/r
-    assert report.median_to_threshold([]) is None
+    assert median_to_threshold([3.0, 1.0, 2.0]) == 2.0
+    assert median_to_threshold([3.0, None, 1.0]) == 3.0  # one of three failed: still measured
+    assert median_to_threshold([1.0, None, None]) is None  # two of three failed: n/r
+    assert median_to_threshold([1.0, 3.0]) == 2.0
+    assert median_to_threshold([1.0, None]) is None  # half failed (even count): n/r
+    assert median_to_threshold([]) is None
 
 
 def test_ratio_and_its_description() -> None:
-    assert report.ratio(5.0, 20.0) == 0.25
+    assert ratio(5.0, 20.0) == 0.25
     assert report.describe_ratio(5.0, 20.0) == "0.25"
     assert report.describe_ratio(None, 20.0) == "ours n/r"
     assert report.describe_ratio(5.0, None) == "peer n/r"
@@ -179,7 +180,7 @@ def test_group_stats_and_ratio_rows_on_hand_made_records() -> None:
         _record("a3c", 2, 6.0, 80_000, 500.0),
         _record("a2c", 2, None, None, 100.0, error="Traceback: boom"),  # crashed: left out of the medians
     ]
-    stats = {s.algo: s for s in report.group_stats(runs)}
+    stats = {s.algo: s for s in group_stats(runs)}
     a3c, a2c = stats["a3c"], stats["a2c"]
     assert (a3c.runs, a3c.reached, a3c.errors) == (3, 2, 0)
     assert a3c.median_seconds == 10.0 and a3c.median_steps == 100_000  # median of (6, 10, inf)
@@ -187,7 +188,7 @@ def test_group_stats_and_ratio_rows_on_hand_made_records() -> None:
     assert a2c.median_seconds == 30.0 and a2c.median_steps == 150_000  # the two that ran
     assert a3c.final_mean == 500.0 and a3c.final_means == [500.0, 300.0, 500.0]
     assert a3c.steps_per_second == 2000.0 and a3c.peak_rss_mb == 101.0
-    (row,) = report.ratio_rows(list(stats.values()), {"a3c": ["a2c"]})
+    (row,) = ratio_rows(list(stats.values()), {"a3c": ["a2c"]})
     assert row.ours is a3c and row.peer is a2c
     assert row.seconds_ratio == pytest.approx(10.0 / 30.0) and row.steps_ratio == pytest.approx(100_000 / 150_000)
 
@@ -205,7 +206,7 @@ def test_each_variant_of_ours_is_paired_with_the_default_peer() -> None:
         _record("a2c", 0, 40.0, 200_000, 480.0),
         _record("a2c", 0, 1.0, 1000, 480.0, variant="tuned", run_id="y"),  # a peer's variant is not a reference
     ]
-    rows = report.ratio_rows(report.group_stats(runs), {"a3c": ["a2c"]})
+    rows = ratio_rows(group_stats(runs), {"a3c": ["a2c"]})
     assert [(row.ours.label, row.peer.label, row.seconds_ratio) for row in rows] == [
         ("a3c", "a2c", 0.25),
         ("a3c lr 1e-3", "a2c", 0.125),
@@ -234,7 +235,7 @@ def test_merge_reads_invocations_of_one_protocol_as_one_table(tmp_path: Path) ->
     second["machine"]["load_average_at_start"] = [0.5, 0.25, 0.125]
     merged = merge_results([first, second])
     assert merged["suite"]["seeds"] == [0, 1] and len(merged["runs"]) == 4 and merged["wall_seconds"] == 24.0
-    stats = {s.algo: s for s in report.group_stats(merged["runs"])}
+    stats = {s.algo: s for s in group_stats(merged["runs"])}
     assert stats["a3c"].median_seconds == 20.0 and stats["a2c"].median_seconds == 30.0  # medians over both parts
     markdown = report.render_markdown(merged)
     assert "merged from 2 invocations" in markdown and "--first-seed 1`" in markdown and "0.50, 0.25, 0.12" in markdown
@@ -371,11 +372,11 @@ def test_scaling_and_optimizer_variants() -> None:
     assert {run.algo for run in scaling} == {"a3c", "async_one_step_q", "async_sarsa", "async_n_step_q", "apex_dqn"}  # no peer
     assert [run.params for run in scaling[:3]] == [{"n_workers": 1}, {"n_workers": 2}, {"n_workers": 4}]
     config = yaml.safe_load((REPO / "zoo_configs" / "a3c.yml").read_text())["CartPole-v1"]
-    assert _worker_overrides(config, {"n_workers": 4}) == {
+    assert worker_overrides(config, {"n_workers": 4}) == {
         "n_workers": 4, "n_envs": 4 * config["n_envs_per_worker"], "n_envs_per_worker": config["n_envs_per_worker"]
     }  # fmt: skip
-    assert _worker_overrides({"n_envs": 16}, {"n_workers": 4}) == {"n_workers": 4, "n_envs": 4, "n_envs_per_worker": 1}
-    assert _worker_overrides(config, {"learning_rate": 1e-3}) == {"learning_rate": 1e-3}
+    assert worker_overrides({"n_envs": 16}, {"n_workers": 4}) == {"n_workers": 4, "n_envs": 4, "n_envs_per_worker": 1}
+    assert worker_overrides(config, {"learning_rate": 1e-3}) == {"learning_rate": 1e-3}
 
     sweep = suites.plan_runs(suites.get_suite("optimizers"), algos=["a3c"])
     rates = suites.SWEEP_LEARNING_RATES
@@ -460,11 +461,11 @@ def test_async_workers_are_parked_during_evaluation_and_budget_stops() -> None:
 
 def test_zoo_entry_lookup_follows_the_zoo_and_aliases() -> None:
     a2c = registry.get_algorithm("a2c").config_path()
-    key, entry = _zoo_entry(a2c, "PongNoFrameskip-v4", None)
+    key, entry = zoo_entry(a2c, "PongNoFrameskip-v4", None)
     assert key == "atari" and entry["frame_stack"] == 4
-    key, entry = _zoo_entry(a2c, "HalfCheetah-v5", registry.get_algorithm("a2c").config_aliases["HalfCheetah-v5"])
+    key, entry = zoo_entry(a2c, "HalfCheetah-v5", registry.get_algorithm("a2c").config_aliases["HalfCheetah-v5"])
     assert key == "HalfCheetah-v4" and entry["normalize"] is True
-    key, entry = _zoo_entry(registry.get_algorithm("a3c").config_path(), "CartPole-v1", None)
+    key, entry = zoo_entry(registry.get_algorithm("a3c").config_path(), "CartPole-v1", None)
     assert key == "CartPole-v1" and entry["n_workers"] == 2
 
 
@@ -474,7 +475,7 @@ def test_zoo_entry_lookup_follows_the_zoo_and_aliases() -> None:
 def test_a_failing_run_is_recorded_with_its_error(tmp_path: Path) -> None:
     (spec,) = [run for run in suites.plan_runs(suites.get_suite("smoke"), seeds=1) if run.algo == "a2c"]
     broken = suites.RunSpec.from_dict({**spec.to_dict(), "config": str(tmp_path / "missing.yml")})
-    record = execute(broken, tmp_path, _Progress(1, enabled=False, desc="test"), tmp_path / "logs")
+    record = execute(broken, tmp_path, Progress(1, enabled=False, desc="test"), tmp_path / "logs")
     assert record["error"] and "missing.yml" in record["error"] and record["stop_reason"] == "error"
     assert record["seconds_to_threshold"] is None and record["curve"] == []
     assert (tmp_path / "logs" / f"{spec.run_id}.log").is_file()

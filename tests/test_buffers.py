@@ -16,6 +16,9 @@ from sb3_async.common.buffers.n_step import n_step_targets
 from sb3_async.common.buffers.prioritized import importance_weights
 from sb3_async.common.buffers.sum_tree import SumTree
 
+# Tiny networks: one torch thread is faster than several on a busy 2-core machine (restored afterwards).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 OBS = spaces.Box(-np.inf, np.inf, (3,), np.float32)
 ACT = spaces.Box(-1.0, 1.0, (1,), np.float32)
 
@@ -329,15 +332,6 @@ def test_episodic_bad_arguments():
 
 
 # --- stock SB3 algorithms and save/load -------------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny networks: one torch thread is faster than several on a busy 2-core machine (restored afterwards)."""
-    threads = th.get_num_threads()
-    th.set_num_threads(1)
-    yield
-    th.set_num_threads(threads)
 
 
 SMALL = dict(learning_starts=50, batch_size=32, train_freq=4, policy_kwargs=dict(net_arch=[16]), device="cpu", seed=0)

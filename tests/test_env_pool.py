@@ -22,6 +22,7 @@ import sb3_async
 from sb3_async import AsyncEnvPool, WorkerError
 from sb3_async.common.env_pool import EnvError
 from sb3_async.common.pool_vec_env import PoolVecEnv
+from tests.helpers import FailingEnv, check_env_1_error_spares_the_others
 
 # The helpers below travel to the workers by value, so the workers never import this module (nor torch through it).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -39,23 +40,6 @@ class SleepyEnv(gym.Wrapper):
     def step(self, action):
         time.sleep(self.rng.uniform(0.0, 0.005) if self.delay is None else self.delay)
         return self.env.step(action)
-
-
-class FailingEnv(gym.Wrapper):
-    """Raises in its ``fail_at``-th step."""
-
-    def __init__(self, env: gym.Env, fail_at: int):
-        super().__init__(env)
-        self.fail_at, self.count = fail_at, 0
-
-    def step(self, action):
-        self.count += 1
-        if self.count == self.fail_at:
-            raise RuntimeError("boom in step")
-        return self.env.step(action)
-
-    def pid(self) -> int:
-        return os.getpid()
 
 
 class ResetFailingEnv(gym.Wrapper):
@@ -380,19 +364,6 @@ def test_stock_ppo_and_td3_train_on_the_pool():
 
 
 # ---------------------------------------------------------------------------------------------------- errors
-def check_env_1_error_spares_the_others(pool: AsyncEnvPool) -> None:
-    """Envs 0..2 of ``pool``, env 1 raising in its second step: its error names it and the others' results are kept
-    (both engines, tests/test_ray_env_pool.py too)."""
-    pool.reset(seed=0)
-    pool.step({0: 0, 1: 0, 2: 0})
-    pool.send({0: 0, 1: 0, 2: 0})
-    with pytest.raises(EnvError, match="(?s)Env 1 of the AsyncEnvPool raised in step.*boom in step") as info:
-        pool.recv(min_ready=3)
-    assert info.value.env_id == 1
-    obs, *_ = pool.recv(min_ready=2)  # the others' results are kept
-    assert sorted(obs) == [0, 2]
-
-
 def test_an_env_error_names_the_env_and_spares_the_others():
     with AsyncEnvPool([cartpole(), failing(2), cartpole()], n_workers=2) as pool:
         check_env_1_error_spares_the_others(pool)

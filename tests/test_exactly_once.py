@@ -33,9 +33,9 @@ N_WORKERS = 2
 
 
 def numbered_sender(ctx, payload):
-    """Sends ``(rank, i)`` for i = 0, 1, 2, ... ``nap`` seconds apart, looking for a stop or pause every 5, and writes how many it has sent to
-    ``shared["sent"][rank]`` after each send; a restarted worker goes on from its predecessor's count. With
-    ``kill_at``, worker 0 kills itself (SIGKILL) right after sending message ``kill_at``, once."""
+    """Sends ``(rank, i)`` for i = 0, 1, 2, ... ``nap`` seconds apart, looking for a stop or pause every 5, and writes
+    how many it has sent to ``shared["sent"][rank]`` after each send; a restarted worker goes on from its predecessor's
+    count. With ``kill_at``, worker 0 kills itself (SIGKILL) right after sending message ``kill_at``, once."""
     kill_at, nap = payload
     sent = ctx.shared["sent"]
     i = int(sent[ctx.rank])
@@ -284,7 +284,7 @@ def test_stop_by_a_callback_and_a_second_learn_lose_no_episode(tmp_path):
     model = A3C("MlpPolicy", lambda: EpisodeLog(str(folder)), n_workers=N_WORKERS, seed=0, stats_window_size=10**6)
     seen = SeenEpisodes()
     model.learn(10**6, callback=[seen, StopTrainingOnMaxEpisodes(max_episodes=40)])
-    assert 40 <= model._episode_num and model.num_timesteps < 10**6
+    assert model._episode_num >= 40 and model.num_timesteps < 10**6
     _episodes_exactly_once(model, folder, seen)
     model.learn(2000, callback=seen, reset_num_timesteps=False)
     _episodes_exactly_once(model, folder, seen)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sb3_async.benchmark import report, suites
+from sb3_async.benchmark.stats import best_evaluation
 
 
 def _record(algo: str, seed: int, final: float, curve_means: list[float], train_seconds: float) -> dict[str, Any]:
@@ -49,8 +50,8 @@ def test_final_policy_suite_plan() -> None:
 
 def test_best_evaluation_is_the_first_highest() -> None:
     run = _record("dqn", 0, 100.0, [10.0, 300.0, 120.0, 300.0], 5.0)
-    assert report.best_evaluation(run) == run["curve"][1]
-    assert report.best_evaluation(dict(curve=[])) is None
+    assert best_evaluation(run) == run["curve"][1]
+    assert best_evaluation(dict(curve=[])) is None
 
 
 def test_final_report_puts_the_final_policy_next_to_the_best_evaluation() -> None:

@@ -21,9 +21,7 @@ from sb3_async import A3C, ApeXDPG, ApeXDQN, AsyncNStepQ, WorkerError
 from sb3_async.common.runtime import make_runtime
 from sb3_async.common.runtime.ray_backend import NAMESPACE, RAY_INSTALL_HINT, entry_tensors, merge_changes
 from tests.conftest import two_node_cluster
-from tests.test_apex import _cartpole_dqn, _learns_and_returns_the_evaluated_model, one_torch_thread  # noqa: F401  (a fixture)
-
-FAST_DQN = dict(n_actors=2, learning_starts=64, batch_size=32, block_size=10, seed=0)
+from tests.helpers import FAST_DQN, learns_and_returns_the_evaluated_model, zoo_model
 
 # --- without a cluster ------------------------------------------------------------------------------------------------
 
@@ -317,19 +315,17 @@ def test_a3c_normalization_statistics_merge_across_nodes(cluster):
 
 
 @pytest.mark.ray
-def test_a3c_learns_cartpole_on_two_nodes(cluster, one_torch_thread):  # noqa: F811
+def test_a3c_learns_cartpole_on_two_nodes(cluster, one_torch_thread, tmp_path):
     """The model learn() returns, trained by workers on both nodes, is the one a frozen evaluation scored >= 475 (a
     pause syncs every host into the driver's copy before the evaluation, and a stop keeps that copy)."""
-    model = A3C(
-        "MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=8, learning_rate=1e-3, ent_coef=0.0, seed=0, backend="ray"
-    )
-    _learns_and_returns_the_evaluated_model(model, "CartPole-v1", 475, 400_000, 10_000, margin=75)
+    model = zoo_model("a3c", "CartPole-v1", tmp_path, seed=0, backend="ray")  # 2 workers x 8 envs
+    learns_and_returns_the_evaluated_model(model, "CartPole-v1", 475, 400_000, 10_000, margin=75)
 
 
 @pytest.mark.ray
-def test_apex_dqn_learns_cartpole_on_two_nodes(cluster, one_torch_thread):  # noqa: F811
+def test_apex_dqn_learns_cartpole_on_two_nodes(cluster, one_torch_thread, tmp_path):
     """The zoo configuration of tests/test_apex.py on the cluster, as 2 actors of one env each (one per node): the model
     learn() returns is the one evaluated >= 475 (38-53 s in 4 runs on an idle machine)."""
-    model = _cartpole_dqn(seed=0, n_actors=2, n_envs_per_actor=1)
+    model = zoo_model("apex_dqn", "CartPole-v1", tmp_path, seed=0, n_actors=2, n_envs_per_actor=1)
     model.backend = "ray"
-    _learns_and_returns_the_evaluated_model(model, "CartPole-v1", 475, 150_000, 5000, margin=75)
+    learns_and_returns_the_evaluated_model(model, "CartPole-v1", 475, 150_000, 5000, margin=75)

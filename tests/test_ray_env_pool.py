@@ -17,7 +17,7 @@ import torch
 from sb3_async import AEDDPG, AsyncEnvPool, WorkerError
 from sb3_async.common.runtime.ray_env import NAMESPACE, RAY_INSTALL_HINT
 from tests.conftest import two_node_cluster
-from tests.test_env_pool import FailingEnv, check_env_1_error_spares_the_others
+from tests.helpers import FailingEnv, check_env_1_error_spares_the_others
 
 # The helpers below travel to the env hosts by value, so the hosts never import this module (nor torch through it).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -16,22 +16,7 @@ import torch
 
 from sb3_async import A3C, WorkerError
 from sb3_async.common.runtime import MultiprocessingRuntime, WorkerSpec
-
-
-class FailingEnv(gym.Wrapper):
-    """CartPole that raises (or kills its own process) after a number of steps."""
-
-    def __init__(self, after: int = 50, how: str = "raise"):
-        super().__init__(gym.make("CartPole-v1"))
-        self.after, self.how, self.steps = after, how, 0
-
-    def step(self, action):
-        self.steps += 1
-        if self.steps >= self.after:
-            if self.how == "raise":
-                raise RuntimeError("boom from the env")
-            os.kill(os.getpid(), signal.SIGKILL)
-        return super().step(action)
+from tests.helpers import FailingEnv, ShmWatch, live_children
 
 
 def processes_with_marker(marker: str) -> list[int]:
@@ -57,49 +42,9 @@ def wait_until_gone(marker: str, timeout: float = 10.0) -> list[int]:
     return processes_with_marker(marker)
 
 
-class ShmWatch:
-    """The ``/dev/shm`` entries of *our* processes, so that another program using shared memory beside the tests
-    cannot fail them: names our processes had mapped or open while :meth:`sample` looked, plus torch's segments named
-    after one of our pids (``torch_<pid>_...``). :meth:`leaked` lists those still present."""
-
-    def __init__(self) -> None:
-        self.pids: set[int] = set()
-        self.names: set[str] = set()
-
-    def sample(self, pids: list[int]) -> None:
-        for pid in pids:
-            self.pids.add(pid)
-            paths: list[str] = []
-            try:
-                paths += [line.split(None, 5)[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines()]
-                paths += [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
-            except OSError:
-                continue
-            self.names.update(
-                path[len("/dev/shm/") :].removesuffix(" (deleted)") for path in paths if path.startswith("/dev/shm/")
-            )
-
-    def sample_self_and_children(self) -> None:
-        import psutil
-
-        self.sample([os.getpid(), *(child.pid for child in psutil.Process().children(recursive=True))])
-
-    def leaked(self) -> set[str]:
-        entries = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-        ours = {name for name in entries if name.startswith("torch_") and name.split("_")[1] in map(str, self.pids)}
-        return ours | (entries & self.names)
-
-
-def live_children() -> list[int]:
-    """Worker processes of this process still running (the forkserver itself stays, as in any program using it)."""
-    import multiprocessing
-
-    return [p.pid for p in multiprocessing.active_children() if p.name.startswith("sb3_async")]
-
-
-@pytest.mark.parametrize("how,expected", [("raise", "boom from the env"), ("kill", "SIGKILL")])
+@pytest.mark.parametrize("how,expected", [("raise", "boom in step"), ("kill", "SIGKILL")])
 def test_dead_worker_is_reported_quickly(how, expected):
-    model = A3C("MlpPolicy", lambda: FailingEnv(after=30, how=how), n_workers=2, seed=0)
+    model = A3C("MlpPolicy", lambda: FailingEnv(fail_at=30, how=how), n_workers=2, seed=0)
     start = time.monotonic()
     with pytest.raises(WorkerError, match=expected) as info:
         model.learn(1_000_000)

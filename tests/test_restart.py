@@ -12,9 +12,7 @@ from stable_baselines3.common.logger import configure
 
 from sb3_async import ApeXDQN, WorkerError
 from sb3_async.common.runtime import MultiprocessingRuntime, WorkerSpec, restart_seed
-from tests.test_reliability import FailingEnv, ShmWatch, live_children
-
-FAST_DQN = dict(n_actors=2, learning_starts=64, batch_size=32, block_size=10, seed=0)
+from tests.helpers import FAST_DQN, FailingEnv, ShmWatch, live_children
 
 
 class DiesOnceEnv(gym.Wrapper):
@@ -102,8 +100,8 @@ def test_dead_apex_actor_is_restarted_and_learning_goes_on(tmp_path):
 
 def test_actor_restarts_are_bounded():
     """An actor whose env raises every time: restarted once, then ``learn()`` raises its traceback."""
-    model = ApeXDQN("MlpPolicy", lambda: FailingEnv(after=50, how="raise"), max_actor_restarts=1, **FAST_DQN)
-    with pytest.warns(RuntimeWarning, match=r"restarting it \(1/1\)"), pytest.raises(WorkerError, match="boom from the env"):
+    model = ApeXDQN("MlpPolicy", lambda: FailingEnv(fail_at=50, how="raise"), max_actor_restarts=1, **FAST_DQN)
+    with pytest.warns(RuntimeWarning, match=r"restarting it \(1/1\)"), pytest.raises(WorkerError, match="boom in step"):
         model.learn(1_000_000)
     assert live_children() == []
 

@@ -14,7 +14,6 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy, Mul
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from torch.nn import functional as F
 
-from sb3_async.common.async_algorithm import check_float, check_int
 from sb3_async.common.hogwild import (
     HOGWILD_ENTRIES,
     HogwildAlgorithm,
@@ -28,6 +27,7 @@ from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, SoftplusGa
 from sb3_async.common.returns import gae_advantages, nstep_returns
 from sb3_async.common.runtime import WorkerContext, WorkerSpec
 from sb3_async.common.torch_utils import sample_actions, to_tensor
+from sb3_async.common.validation import check_float, check_int
 
 SelfA3C = TypeVar("SelfA3C", bound="A3C")
 

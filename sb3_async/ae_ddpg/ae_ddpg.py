@@ -33,10 +33,12 @@ from stable_baselines3.td3.td3 import TD3
 
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
-from sb3_async.common.env_pool import FINAL_INFO, FINAL_OBS, AsyncEnvPool, check_backend
+from sb3_async.common.env_pool import AsyncEnvPool
+from sb3_async.common.env_worker import FINAL_INFO, FINAL_OBS
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.pool_vec_env import PoolVecEnv
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
+from sb3_async.common.validation import check_backend
 
 SelfAEDDPG = TypeVar("SelfAEDDPG", bound="AEDDPG")
 

@@ -31,12 +31,13 @@ from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
 
 from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transitions
-from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, WorkerPolicyConfig, check_float, check_int
+from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, WorkerPolicyConfig
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec
 from sb3_async.common.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
 from sb3_async.common.torch_utils import build_worker_policy
+from sb3_async.common.validation import check_float, check_int
 
 
 @dataclass

@@ -14,12 +14,12 @@ from torch import nn
 
 from sb3_async.apex.base import ApeXActorModel, ApeXAlgorithm
 from sb3_async.apex.returns import NStepTransitions, bootstrapped_targets, weighted_squared_loss
-from sb3_async.common.async_algorithm import check_float
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
 from sb3_async.common.torch_utils import to_tensor
+from sb3_async.common.validation import check_float
 
 
-class _DPGActorModel(ApeXActorModel):
+class DPGActorModel(ApeXActorModel):
     """An Ape-X DPG actor: π(s, ψ) + N(0, σ²) per action dimension; priorities from its copies of the critic."""
 
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -86,7 +86,7 @@ class ApeXDPG(ApeXAlgorithm):
     }
     policy: TD3Policy
     published_modules = ("actor", "critic", "actor_target", "critic_target")
-    actor_model_class = _DPGActorModel
+    actor_model_class = DPGActorModel
 
     def __init__(
         self,

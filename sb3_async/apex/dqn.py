@@ -20,13 +20,13 @@ from sb3_async.apex.returns import (
     double_q_values,
     weighted_squared_loss,
 )
-from sb3_async.common.async_algorithm import check_float
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
 from sb3_async.common.exploration import epsilon_greedy
 from sb3_async.common.torch_utils import clip_grad_norm, to_tensor
+from sb3_async.common.validation import check_float
 
 
-class _DQNActorModel(ApeXActorModel):
+class DQNActorModel(ApeXActorModel):
     """An Ape-X DQN actor: ε_i-greedy on its copy of q(·, θ); priorities from its copies of θ and θ⁻."""
 
     def _q(self, obs: Any, target: bool = False) -> torch.Tensor:
@@ -91,7 +91,7 @@ class ApeXDQN(ApeXAlgorithm):
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MlpPolicy": DuelingDQNPolicy, "CnnPolicy": DuelingCnnPolicy}
     policy: DQNPolicy
     published_modules = ("q_net", "q_net_target")
-    actor_model_class = _DQNActorModel
+    actor_model_class = DQNActorModel
 
     def __init__(
         self,

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
+from sb3_async.common.validation import check_int
 
 __all__ = ["bootstrapped_targets", "weighted_squared_loss"]  # the replay learners' target and loss, written once
 
@@ -28,8 +29,7 @@ def apex_epsilons(n_actors: int, base: float = 0.4, alpha: float = 7.0) -> np.nd
     :param base: ε; 0.4 from the paper
     :param alpha: α; 7 from the paper
     """
-    if n_actors < 1:
-        raise ValueError(f"Invalid n_actors={n_actors!r}: expected an integer >= 1")
+    n_actors = check_int("n_actors", n_actors, 1)
     if n_actors == 1:
         return np.array([base], dtype=np.float64)
     i = np.arange(n_actors, dtype=np.float64)

@@ -20,7 +20,6 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.dqn.policies import DQNPolicy, MultiInputPolicy, QNetwork
 from torch.nn import functional as F
 
-from sb3_async.common.async_algorithm import check_float, check_int
 from sb3_async.common.exploration import (
     PAPER_FINAL_EPSILON_PROBS,
     PAPER_FINAL_EPSILONS,
@@ -41,6 +40,7 @@ from sb3_async.common.policies import AsyncQCnnPolicy
 from sb3_async.common.returns import nstep_q_targets, one_step_q_targets, sarsa_targets
 from sb3_async.common.runtime import WorkerContext, WorkerSpec
 from sb3_async.common.torch_utils import to_tensor
+from sb3_async.common.validation import check_float, check_int
 
 SelfAsyncQ = TypeVar("SelfAsyncQ", bound="AsyncQLearning")
 

@@ -10,7 +10,9 @@ evaluation every fixed number of env steps with the evaluation time off the cloc
 - :mod:`~sb3_async.benchmark.suites`: the named suites (:func:`register_suite`) and the runs each one makes;
 - :mod:`~sb3_async.benchmark.run_one`: one run, in its own process;
 - :mod:`~sb3_async.benchmark.runner`: a whole suite, with a progress bar;
-- :mod:`~sb3_async.benchmark.report` and :mod:`~sb3_async.benchmark.plots`: the tables and plots.
+- :mod:`~sb3_async.benchmark.stats`: the runs aggregated over seeds (medians, ratios to the peers);
+- :mod:`~sb3_async.benchmark.report` and :mod:`~sb3_async.benchmark.plots`: the tables and plots, both reading
+  ``stats``.
 
 See ``docs/benchmarks.md``.
 """

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sb3_async.benchmark.report import group_stats, sweep_axes
+from sb3_async.benchmark.stats import group_stats, sweep_axes
 
 
 def _pyplot() -> Any:

@@ -207,7 +207,7 @@ def _json_safe(value: Any) -> Any:
     return str(value)
 
 
-def _zoo_entry(config: Path, env_id: str, alias: str | None) -> tuple[str, dict[str, Any]]:
+def zoo_entry(config: Path, env_id: str, alias: str | None) -> tuple[str, dict[str, Any]]:
     """The YAML entry the zoo will use for ``env_id`` (its own lookup: the id, else ``atari``, else ``default``),
     or the ``alias`` entry when the file has none of the id."""
     from rl_zoo3.exp_manager import ExperimentManager
@@ -223,7 +223,7 @@ def _zoo_entry(config: Path, env_id: str, alias: str | None) -> tuple[str, dict[
     raise ValueError(f"No hyperparameters for {env_id} in {config}")
 
 
-def _worker_overrides(entry: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+def worker_overrides(entry: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     """A worker-count override with the config's envs per worker: ``n_envs`` follows (the zoo requires
     ``n_envs == n_workers * n_envs_per_worker`` for our algorithms)."""
     if "n_workers" not in params or "n_envs" in params:
@@ -250,11 +250,11 @@ def run(spec: RunSpec, workdir: Path) -> dict[str, Any]:
 
         torch.set_num_threads(spec.torch_threads)
     config = Path(spec.config)
-    key, entry = _zoo_entry(config, spec.env_id, spec.config_alias)
+    key, entry = zoo_entry(config, spec.env_id, spec.config_alias)
     if key == spec.config_alias:  # the zoo looks entries up by env id: give it the alias entry under that id
         config = workdir / f"{spec.algo}.yml"
         config.write_text(yaml.safe_dump({spec.env_id: entry}))
-    params = _worker_overrides(entry, dict(spec.params))
+    params = worker_overrides(entry, dict(spec.params))
     manager = ExperimentManager(
         argparse.Namespace(),
         spec.algo,

@@ -103,7 +103,7 @@ def suite_info(suite: Suite, runs: Sequence[RunSpec]) -> dict[str, Any]:
     )
 
 
-class _Progress:
+class Progress:
     """A tqdm bar over the runs, its postfix following the run in progress."""
 
     def __init__(self, total: int, enabled: bool, desc: str):
@@ -133,7 +133,7 @@ def _describe(spec: RunSpec, event: dict[str, Any]) -> str:
     return f"{head}: started"
 
 
-def execute(spec: RunSpec, workdir: Path, progress: _Progress, log_dir: Path) -> dict[str, Any]:
+def execute(spec: RunSpec, workdir: Path, progress: Progress, log_dir: Path) -> dict[str, Any]:
     """Run ``spec`` in a fresh process; its record (a failed record if the process failed or timed out)."""
     spec_path, result_path = workdir / f"{spec.run_id}.spec.json", workdir / f"{spec.run_id}.result.json"
     spec_path.write_text(json.dumps(spec.to_dict()))
@@ -226,7 +226,7 @@ def run_suite(
         runs=[],
     )
     start = time.perf_counter()
-    bar = _Progress(len(runs), progress, f"{suite.name}")
+    bar = Progress(len(runs), progress, f"{suite.name}")
     try:
         with tempfile.TemporaryDirectory(prefix="sb3_async_benchmark_") as workdir:
             for spec in runs:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from sb3_async.benchmark.registry import ALGORITHMS, AlgorithmEntry, get_algorithm, get_env, peers_of
+from sb3_async.common.validation import check_int
 
 #: How a suite's results are reported (see :mod:`sb3_async.benchmark.report`).
 KINDS = ("race", "scaling", "sweep", "final")
@@ -211,11 +212,8 @@ def plan_runs(
         default)
     """
     names = select_algorithms(suite, algos)
-    n_seeds = suite.seeds if seeds is None else int(seeds)
-    if n_seeds < 1:
-        raise ValueError(f"Invalid seeds={seeds!r}: expected an integer >= 1")
-    if isinstance(first_seed, bool) or not isinstance(first_seed, int) or first_seed < 0:
-        raise ValueError(f"Invalid first_seed={first_seed!r}: expected an integer >= 0")
+    n_seeds = suite.seeds if seeds is None else check_int("seeds", seeds, 1)
+    first_seed = check_int("first_seed", first_seed, 0)
     budget = suite.budget_seconds if budget_seconds is None else float(budget_seconds)
     threads = suite.torch_threads if torch_threads == -1 else (torch_threads or None)
     env_ids = list(suite.envs)

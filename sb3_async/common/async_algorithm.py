@@ -39,35 +39,16 @@ from sb3_async.common.normalization import (
     statistics_state,
     vec_normalizes,
 )
-from sb3_async.common.runtime import BACKENDS, Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
+from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
 from sb3_async.common.runtime.mp import start_forkserver
 from sb3_async.common.runtime.processes import START_METHODS, WorkerError
 from sb3_async.common.torch_utils import threads_beside_workers
+from sb3_async.common.validation import check_backend, check_float, check_int
 
 SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
 
 #: Seconds the workers have to finish after a callback stopped training (their last messages are received meanwhile).
 _STOP_SECONDS = 30.0
-
-
-def check_int(name: str, value: Any, minimum: int = 1) -> int:
-    """``value`` as an int >= ``minimum``, or a ``TypeError``/``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"Invalid {name}={value!r}: expected an integer >= {minimum}")
-    if value < minimum:
-        raise ValueError(f"Invalid {name}={value!r}: expected an integer >= {minimum}")
-    return int(value)
-
-
-def check_float(name: str, value: Any, low: float = 0.0, high: float = math.inf, high_inclusive: bool = True) -> float:
-    """``value`` as a finite float in ``[low, high]``, or a ``TypeError``/``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"Invalid {name}={value!r}: expected a number")
-    value = float(value)
-    if not math.isfinite(value) or value < low or value > high or (value == high and not high_inclusive):
-        bracket = "]" if high_inclusive else ")"
-        raise ValueError(f"Invalid {name}={value!r}: expected a finite number in [{low}, {high}{bracket}")
-    return value
 
 
 def check_learning_rate(value: Any) -> float | Schedule:
@@ -221,13 +202,10 @@ class AsyncAlgorithm(BaseAlgorithm):
         self.pause_for_eval = pause_for_eval
         self.n_workers = check_int("n_workers", (os.cpu_count() or 1) if n_workers is None else n_workers)
         self.n_envs_per_worker = check_int("n_envs_per_worker", n_envs_per_worker)
-        if backend not in BACKENDS:
-            raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")
+        check_backend(backend, backend_kwargs)
         if start_method not in START_METHODS:
             raise ValueError(f"Invalid start_method={start_method!r}: expected one of {', '.join(START_METHODS)}")
         self.backend, self.start_method = backend, start_method
-        if backend_kwargs is not None and not isinstance(backend_kwargs, dict):
-            raise TypeError(f"Invalid backend_kwargs={backend_kwargs!r}: expected a dict or None")
         self.backend_kwargs = dict(backend_kwargs or {})
         if backend == "ray":  # say what to install now, not at the first learn()
             from sb3_async.common.runtime.ray_backend import import_ray

@@ -11,28 +11,23 @@
 Engine: each worker process holds several envs when there are more envs than cores (per-message overhead is what
 makes SB3's ``SubprocVecEnv`` slow on cheap envs), writes observations into one anonymous shared mapping (``memfd``:
 nothing is ever named in ``/dev/shm``) and sends rewards, flags and infos through its pipe, one message per command.
-Process handling (parent-death watch, worker errors) comes from :mod:`sb3_async.common.runtime.processes`. This module does
-not import torch, so neither do the env workers.
+The worker side (a worker's envs and the commands they serve, the shared observation slots, the worker's entry point)
+is :mod:`sb3_async.common.env_worker`; process handling (parent-death watch, worker errors) comes from
+:mod:`sb3_async.common.runtime.processes`. This module does not import torch, so neither do the env workers.
 
 ``backend="ray"``: each group of envs lives in a Ray actor instead of a process, anywhere in a Ray cluster
-(:mod:`sb3_async.common.runtime.ray_env`): the same ``_Worker`` serves the same commands, the observations come back
+(:mod:`sb3_async.common.runtime.ray_env`): the same ``EnvWorker`` serves the same commands, the observations come back
 in the replies and are written into this process' slots as each reply is read, so everything above the transport
 (ids, ``send``/``recv`` order, autoreset, errors and restarts) is the same code for both engines.
 """
 
 from __future__ import annotations
 
-import contextlib
-import mmap
 import os
-import signal
-import tempfile
 import time
-import traceback
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from functools import partial
 from multiprocessing import reduction
 from multiprocessing.connection import Connection, wait
@@ -43,29 +38,24 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from sb3_async.common.env_worker import FINAL_INFO, FINAL_OBS, EnvFactory, EnvWorker, Missing, SharedObs, env_worker_main
 from sb3_async.common.runtime.processes import (
     WorkerError,
-    _report_and_exit,
-    _stop_processes,
-    _watch_parent,
     process_context,
     start_process,
+    stop_processes,
 )
+from sb3_async.common.validation import check_backend, check_int
 
 if TYPE_CHECKING:
     from sb3_async.common.envpool_engine import EnvPoolGroup
     from sb3_async.common.pool_vec_env import PoolVecEnv
     from sb3_async.common.runtime.ray_env import RayEnvHosts
 
-EnvFactory = Callable[[], gym.Env]
 ON_ERROR = ("raise", "restart")
 #: What steps the envs: gymnasium envs in worker processes (or this one), or EnvPool's C++ envs and threads
 #: (:mod:`sb3_async.common.envpool_engine`).
 ENGINES = ("gymnasium", "envpool")
-#: Where the envs run: worker processes on this machine, or Ray actors on a Ray cluster (the algorithms' backends).
-BACKENDS = ("mp", "ray")
-#: Keys the same-step autoreset adds to an ended env's info (gymnasium 1.x's names for its same-step vector mode).
-FINAL_OBS, FINAL_INFO = "final_obs", "final_info"
 
 
 class EnvError(RuntimeError):
@@ -79,258 +69,6 @@ class EnvError(RuntimeError):
     def __init__(self, env_id: int, call: str, worker_traceback: str):
         self.env_id, self.call, self.worker_traceback = env_id, call, worker_traceback
         super().__init__(f"Env {env_id} of the AsyncEnvPool raised in {call}. Its traceback:\n{worker_traceback}")
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Shared observation slots
-
-
-def _obs_leaves(space: spaces.Space) -> list[tuple[Any, tuple[int, ...], np.dtype]]:
-    """``(key, shape, dtype)`` of each array of an observation: ``key`` None for a plain space, the Dict key or the
-    Tuple index otherwise (the spaces SB3's VecEnvs support)."""
-    if isinstance(space, spaces.Dict):
-        items: Iterable[tuple[Any, spaces.Space]] = space.spaces.items()
-    elif isinstance(space, spaces.Tuple):
-        items = enumerate(space.spaces)
-    else:
-        items = [(None, space)]
-    leaves = []
-    for key, sub in items:
-        if not isinstance(sub, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
-            raise TypeError(
-                f"AsyncEnvPool supports Box, Discrete, MultiDiscrete and MultiBinary observations (alone or in a Dict or"
-                f" Tuple), as SB3's VecEnvs do; got {sub}"
-            )
-        leaves.append((key, tuple(sub.shape or ()), np.dtype(sub.dtype)))
-    return leaves
-
-
-def _anonymous_fd(size: int) -> int:
-    """A file descriptor of ``size`` zeroed bytes with no name anywhere, so nothing can leak into /dev/shm."""
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("sb3_async-env-pool", os.MFD_CLOEXEC)
-    else:  # pragma: no cover - macOS: an unlinked temporary file
-        with tempfile.TemporaryFile() as file:
-            fd = os.dup(file.fileno())
-    os.ftruncate(fd, size)
-    return fd
-
-
-class SharedObs:
-    """The observation slot of every env, in one shared mapping of an anonymous file.
-
-    :param space: the observation space of one env
-    :param n_envs: number of slots
-    :param fd: an existing mapping's file descriptor (in a worker); None creates one
-    """
-
-    def __init__(self, space: spaces.Space, n_envs: int, fd: int | None = None):
-        self.space, self.n_envs = space, n_envs
-        self.leaves = _obs_leaves(space)
-        offsets, size = [], 0
-        for _, shape, dtype in self.leaves:
-            size = -(-size // 64) * 64  # 64-byte alignment for every array
-            offsets.append(size)
-            size += n_envs * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        size = max(size, 1)
-        self.fd = _anonymous_fd(size) if fd is None else fd
-        self._mmap = mmap.mmap(self.fd, size)
-        self.arrays = {
-            key: np.ndarray((n_envs, *shape), dtype=dtype, buffer=self._mmap, offset=offset)
-            for (key, shape, dtype), offset in zip(self.leaves, offsets)
-        }
-
-    def write(self, index: int | Sequence[int], obs: Any) -> None:
-        """Write ``obs`` into slot ``index`` (or a batch of observations into the slots ``index``)."""
-        for key, array in self.arrays.items():
-            array[index] = obs if key is None else obs[key]
-
-    def read(self, indices: int | Sequence[int] | slice) -> Any:
-        """A copy of the observations at ``indices`` (the slots are rewritten by the next step)."""
-        if isinstance(indices, (int, slice)):  # views: copy them
-            arrays = {key: array[indices].copy() for key, array in self.arrays.items()}
-        else:  # fancy indexing copies already
-            arrays = {key: array[indices] for key, array in self.arrays.items()}
-        if isinstance(self.space, spaces.Dict):
-            return arrays
-        if isinstance(self.space, spaces.Tuple):
-            return tuple(arrays.values())
-        return arrays[None]
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)  # the memory goes once every process has unmapped it
-            self.fd = -1
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Worker side
-
-
-class _Worker:
-    """The envs of one worker process and the commands it serves."""
-
-    def __init__(self, ids: list[int], factories: list[EnvFactory], autoreset: bool, on_error: str):
-        self.ids, self.factories = ids, dict(zip(ids, factories))
-        self.autoreset, self.on_error = autoreset, on_error
-        self.envs = {i: factories[k]() for k, i in enumerate(ids)}
-        self.obs: SharedObs | None = None
-
-    @property
-    def spaces(self) -> list[tuple[int, spaces.Space, spaces.Space]]:
-        return [(i, env.observation_space, env.action_space) for i, env in self.envs.items()]
-
-    def close(self) -> None:
-        for env in self.envs.values():
-            env.close()
-
-    def rebuild(self, i: int) -> None:
-        with contextlib.suppress(Exception):  # the env is broken already: its replacement matters, not its close()
-            self.envs[i].close()
-        self.envs[i] = self.factories[i]()
-
-    def restarted(self, i: int, error: str) -> tuple[int, float, bool, bool, dict[str, Any]]:
-        """The step result of an env rebuilt after ``error``: its episode ends truncated, the error in its info."""
-        assert self.obs is not None
-        final_obs = self.obs.read(i)  # the slot still holds the last observation the env gave
-        if not self.autoreset:
-            return i, 0.0, False, True, {"error": error}
-        obs, reset_info = self.envs[i].reset()
-        self.obs.write(i, obs)
-        return i, 0.0, False, True, {**reset_info, FINAL_OBS: final_obs, FINAL_INFO: {}, "error": error}
-
-    def step(self, items: list[tuple[int, Any, str | None]]) -> tuple[list[tuple], dict[int, str]]:
-        assert self.obs is not None
-        results, errors = [], {}
-        for i, action, restart_error in items:
-            if restart_error is not None:  # this env was rebuilt with a respawned process: no action to take
-                results.append(self.restarted(i, restart_error))
-                continue
-            env = self.envs[i]
-            try:
-                obs, reward, terminated, truncated, info = env.step(action)
-                if self.autoreset and (terminated or truncated):
-                    final_obs, final_info = obs, info
-                    obs, info = env.reset()
-                    info = {**info, FINAL_OBS: final_obs, FINAL_INFO: final_info}
-                self.obs.write(i, obs)
-                results.append((i, float(reward), bool(terminated), bool(truncated), info))
-            except Exception:
-                error = traceback.format_exc()
-                if self.on_error == "raise":
-                    errors[i] = error
-                    continue
-                try:
-                    self.rebuild(i)
-                    results.append(self.restarted(i, error))
-                except Exception:
-                    errors[i] = f"{error}\nRebuilding the env then failed:\n{traceback.format_exc()}"
-        return results, errors
-
-    def reset(self, items: list[tuple[int, int | None, dict[str, Any] | None]]) -> tuple[list[tuple], dict[int, str]]:
-        assert self.obs is not None
-        results, errors = [], {}
-        for i, seed, options in items:
-            for attempt in range(2 if self.on_error == "restart" else 1):
-                try:
-                    obs, info = self.envs[i].reset(seed=seed, options=options)
-                    self.obs.write(i, obs)
-                    results.append((i, info))
-                    break
-                except Exception:
-                    errors[i] = traceback.format_exc()
-                    if attempt == 0 and self.on_error == "restart":
-                        try:
-                            self.rebuild(i)
-                        except Exception:
-                            errors[i] += f"\nRebuilding the env then failed:\n{traceback.format_exc()}"
-                            break
-            else:
-                continue
-            errors.pop(i, None)
-        return results, errors
-
-    def call(self, ids: list[int], what: str, name: str, args: tuple, kwargs: dict) -> tuple[list[Any], dict[int, str]]:
-        values, errors = [], {}
-        for i in ids:
-            env = self.envs[i]
-            try:
-                if what == "get_attr":
-                    values.append(env.get_wrapper_attr(name))
-                elif what == "has_attr":
-                    try:
-                        env.get_wrapper_attr(name)
-                        values.append(True)
-                    except AttributeError:
-                        values.append(False)
-                elif what == "set_attr":
-                    env.set_wrapper_attr(name, args[0])
-                    values.append(None)
-                elif what == "is_wrapped":
-                    values.append(_is_wrapped(env, args[0]))
-                elif what == "render":
-                    values.append(env.render())
-                else:
-                    values.append(env.get_wrapper_attr(name)(*args, **kwargs))
-            except AttributeError as error:
-                if what == "get_attr":  # the parent raises AttributeError, as VecEnv callers expect
-                    values.append(_Missing(str(error)))
-                else:
-                    errors[i] = traceback.format_exc()
-            except Exception:
-                errors[i] = traceback.format_exc()
-        return values, errors
-
-
-@dataclass
-class _Missing:
-    """A ``get_attr`` of an attribute the env does not have (raised as ``AttributeError`` in the main process)."""
-
-    message: str
-
-
-def _is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
-    while isinstance(env, gym.Wrapper):
-        if isinstance(env, wrapper_class):
-            return True
-        env = env.env
-    return False
-
-
-def _worker_main(
-    index: int,
-    ids: list[int],
-    factories_blob: bytes,
-    conn: Connection,
-    parent_pid: int,
-    autoreset: bool,
-    on_error: str,
-) -> None:
-    """Entry point of an env worker process: build the envs, report their spaces, map the observation slots, serve."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle; it closes the pool
-    _watch_parent(parent_pid)
-    try:
-        worker = _Worker(ids, cloudpickle.loads(factories_blob), autoreset, on_error)
-        conn.send(("spaces", worker.spaces))
-        fd = reduction.recv_handle(conn)
-        worker.obs = SharedObs(worker.envs[ids[0]].observation_space, conn.recv(), fd)
-        while True:
-            command, data = conn.recv()
-            if command == "step":
-                conn.send(("step", worker.step(data)))
-            elif command == "reset":
-                conn.send(("reset", worker.reset(data)))
-            elif command == "call":
-                conn.send(("call", worker.call(*data)))
-            elif command == "close":
-                worker.close()
-                conn.send(("closed", None))
-                break
-    except (EOFError, OSError, KeyboardInterrupt):
-        pass  # the main process is gone or closed the pipe: nothing to report to
-    except BaseException:
-        _report_and_exit(conn, "fatal")
-    conn.close()
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -355,23 +93,6 @@ def _make_factories(env: str | EnvFactory | Sequence[EnvFactory], n_envs: int | 
             raise ValueError("env_kwargs applies to an env id only; pass them to your factories instead")
         return factories
     raise TypeError(f"env must be an env id, a callable returning an env, or a list of such callables; got {env!r}")
-
-
-def check_backend(backend: Any, backend_kwargs: Any) -> None:
-    """``ValueError``/``TypeError`` naming the argument for a ``backend`` not in :data:`BACKENDS` or bad
-    ``backend_kwargs`` (a dict or None; ``"mp"`` takes none)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")
-    if backend_kwargs is not None and not isinstance(backend_kwargs, dict):
-        raise TypeError(f"Invalid backend_kwargs={backend_kwargs!r}: expected a dict or None")
-    if backend == "mp" and backend_kwargs:
-        raise ValueError(f"Invalid backend_kwargs={backend_kwargs!r}: backend='mp' takes none")
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"Invalid {name}={value!r}: expected an integer >= {minimum}")
-    return int(value)
 
 
 def _shutdown(
@@ -400,7 +121,7 @@ def _shutdown(
         except (OSError, ValueError):
             proc.terminate()
     procs = [proc for proc in procs if proc is not None]
-    _stop_processes(procs, timeout)
+    stop_processes(procs, timeout)
     for proc in procs:
         if not proc.is_alive():
             proc.close()
@@ -472,7 +193,7 @@ class AsyncEnvPool:
         engine: str = "gymnasium",
     ):
         if n_envs is not None:
-            n_envs = _check_int("n_envs", n_envs, 1)
+            n_envs = check_int("n_envs", n_envs, 1)
         if engine not in ENGINES:
             raise ValueError(f"Invalid engine={engine!r}: expected one of {', '.join(ENGINES)}")
         self.engine = engine
@@ -496,12 +217,12 @@ class AsyncEnvPool:
             raise ValueError("At least one env factory is needed")
         if n_workers is None:
             n_workers = min(self.n_envs, os.cpu_count() or 1)
-        self.n_workers = _check_int("n_workers", n_workers, 0)
+        self.n_workers = check_int("n_workers", n_workers, 0)
         if self.n_workers > self.n_envs:
             raise ValueError(f"Invalid n_workers={n_workers}: at most n_envs={self.n_envs} workers")
         if local_envs is None:
             local_envs = self.n_envs if self.n_workers == 0 else 0
-        self.local_envs = _check_int("local_envs", local_envs, 0)
+        self.local_envs = check_int("local_envs", local_envs, 0)
         if self.n_workers == 0 and self.local_envs != self.n_envs:
             raise ValueError(f"Invalid local_envs={local_envs} with n_workers=0: every env is local (n_envs={self.n_envs})")
         if self.n_workers > 0 and self.local_envs > self.n_envs - self.n_workers:
@@ -530,7 +251,7 @@ class AsyncEnvPool:
         self._local_group = self.n_workers if self.local_envs else None
         self._worker_of = [w for w, ids in enumerate(self._worker_ids) for _ in ids]  # env id -> group
         n_groups = len(self._worker_ids)
-        self._local: _Worker | EnvPoolGroup | None = None
+        self._local: EnvWorker | EnvPoolGroup | None = None
         self._procs: list[Any] = [None] * self.n_workers
         self._conns: list[Any] = [None] * self.n_workers
         self._obs_list: list[SharedObs] = []
@@ -561,7 +282,7 @@ class AsyncEnvPool:
                 self._local = EnvPoolGroup(env, self.n_envs, env_kwargs, autoreset)  # type: ignore[arg-type]
             elif self._local_group is not None:  # built while the workers start
                 local_ids = self._worker_ids[self._local_group]
-                self._local = _Worker(local_ids, [self._factories[i] for i in local_ids], autoreset, on_error)
+                self._local = EnvWorker(local_ids, [self._factories[i] for i in local_ids], autoreset, on_error)
             for w in range(self.n_workers):  # worker 0 first: env 0's spaces are the pool's
                 self._handshake(w)
                 self._share(w)
@@ -583,7 +304,7 @@ class AsyncEnvPool:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)  # duplex: a Unix socket, which can carry the fd
         proc = start_process(
             self._ctx,
-            _worker_main,
+            env_worker_main,
             f"sb3_async-env-pool-{w}",
             (w, ids, blob, child_conn, os.getpid(), self.autoreset, self.on_error),
         )
@@ -1015,7 +736,7 @@ class AsyncEnvPool:
                 raise EnvError(i, f"{what}({name!r})", errors[i])
             values.update(zip(ids_w, worker_values))
         for value in values.values():
-            if isinstance(value, _Missing):
+            if isinstance(value, Missing):
                 raise AttributeError(value.message)
         return [values[i] for i in targets]
 
@@ -1085,4 +806,4 @@ class _Respawned(Exception):
     """Internal: the worker read from was respawned (``on_error="restart"``); its pending work was resent."""
 
 
-__all__ = ["AsyncEnvPool", "EnvError", "SharedObs"]
+__all__ = ["FINAL_INFO", "FINAL_OBS", "AsyncEnvPool", "EnvError", "EnvFactory", "SharedObs"]

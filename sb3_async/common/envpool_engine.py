@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from sb3_async.common.env_pool import FINAL_INFO, FINAL_OBS, _Missing
+from sb3_async.common.env_worker import FINAL_INFO, FINAL_OBS, Missing
 
 #: Per-env info keys of EnvPool's that describe the batch, not the env.
 _BATCH_KEYS = ("env_id", "players")
@@ -162,7 +162,7 @@ class EnvPoolGroup:
         if what == "get_attr" and name == "render_mode":  # no rendering: what SB3's VecEnv asks at its start
             return [None for _ in ids], {}
         if what == "get_attr":
-            return [_Missing(f"EnvPool's envs (engine='envpool') have no attribute {name!r}") for _ in ids], {}
+            return [Missing(f"EnvPool's envs (engine='envpool') have no attribute {name!r}") for _ in ids], {}
         if what in ("has_attr", "is_wrapped"):
             return [what == "has_attr" and name == "render_mode" for _ in ids], {}
         message = f"engine='envpool' has no Python env objects: {what}({name!r}) is not available"

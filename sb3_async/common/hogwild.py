@@ -22,11 +22,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, WorkerPolicyConfig, check_float
-from sb3_async.common.optimizers import OPTIMIZER_NAMES, WorkerOptimizer, _AsyncOptimizer, as_async_optimizer, make_optimizer
+from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, WorkerPolicyConfig
+from sb3_async.common.optimizers import OPTIMIZER_NAMES, AsyncOptimizer, WorkerOptimizer, as_async_optimizer, make_optimizer
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.runtime import WorkerContext
 from sb3_async.common.torch_utils import build_worker_policy, clip_grad_norm, to_tensor
+from sb3_async.common.validation import check_float
 
 #: How the shared entries of gradient-sharing workers cross machines (``backend="ray"``: Hogwild on each machine's own
 #: copy): θ merged (:attr:`WorkerSpec.synced`), the optimizer statistics per machine (:attr:`WorkerSpec.averaged`).
@@ -49,7 +50,7 @@ class HogwildWorkerConfig(WorkerPolicyConfig):
     """What a gradient-sharing worker needs; algorithms subclass it with their own hyperparameters."""
 
     max_grad_norm: float | None
-    optimizer: tuple[type[_AsyncOptimizer], dict[str, Any]]
+    optimizer: tuple[type[AsyncOptimizer], dict[str, Any]]
     optimizer_shared: bool
 
 

@@ -16,12 +16,13 @@ building one imports ``torch._dynamo``, seconds per process on a small machine.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch.optim import Optimizer
+
+from sb3_async.common.validation import check_float, check_nonnegative
 
 OPTIMIZER_NAMES = ("shared_rmsprop", "rmsprop", "sgd")
 
@@ -59,14 +60,7 @@ def momentum_sgd_update_(
         torch._foreach_add_(params, buffers, alpha=-lr)
 
 
-def _check_number(name: str, value: float, allow_zero: bool = True) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"Invalid {name}={value!r}: expected a finite number >= 0")
-    if value == 0 and not allow_zero:
-        raise ValueError(f"Invalid {name}={value!r}: expected a finite number > 0")
-
-
-class _AsyncOptimizer(Optimizer):
+class AsyncOptimizer(Optimizer):
     """Common part: eager state, export/attach of the state tensors, ``shared`` flag, one update rule."""
 
     #: names of the per-parameter state tensors, in the order used by :meth:`state_tensors`
@@ -130,7 +124,7 @@ class _AsyncOptimizer(Optimizer):
         return loss
 
 
-class SharedRMSprop(_AsyncOptimizer):
+class SharedRMSprop(AsyncOptimizer):
     r"""RMSProp of the A3C paper, supplementary eqs. S1–S2, applied without locks.
 
     .. math::
@@ -166,12 +160,11 @@ class SharedRMSprop(_AsyncOptimizer):
         weight_decay: float = 0.0,
         shared: bool = True,
     ):
-        _check_number("lr", lr)
-        _check_number("eps", eps)
-        _check_number("initial_square_avg", initial_square_avg)
-        _check_number("weight_decay", weight_decay)
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha < 1.0:
-            raise ValueError(f"Invalid alpha={alpha!r}: expected 0 <= alpha < 1")
+        check_nonnegative("lr", lr)
+        check_nonnegative("eps", eps)
+        check_nonnegative("initial_square_avg", initial_square_avg)
+        check_nonnegative("weight_decay", weight_decay)
+        check_float("alpha", alpha, 0.0, 1.0, high_inclusive=False)
         defaults = dict(lr=lr, alpha=alpha, eps=eps, initial_square_avg=initial_square_avg, weight_decay=weight_decay)
         super().__init__(params, defaults, shared)
 
@@ -185,7 +178,7 @@ class SharedRMSprop(_AsyncOptimizer):
         return hyper
 
 
-class MomentumSGD(_AsyncOptimizer):
+class MomentumSGD(AsyncOptimizer):
     r"""Momentum SGD of the A3C paper (supplementary §1), one momentum vector per worker.
 
     .. math:: m_i \leftarrow \alpha m_i + (1 - \alpha)\,\Delta\theta_i, \qquad \theta \leftarrow \theta - \eta\, m_i
@@ -205,9 +198,8 @@ class MomentumSGD(_AsyncOptimizer):
         momentum: float = 0.9,
         shared: bool = False,
     ):
-        _check_number("lr", lr)
-        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0.0 <= momentum < 1.0:
-            raise ValueError(f"Invalid momentum={momentum!r}: expected 0 <= momentum < 1")
+        check_nonnegative("lr", lr)
+        check_float("momentum", momentum, 0.0, 1.0, high_inclusive=False)
         super().__init__(params, dict(lr=lr, momentum=momentum), shared)
 
     @staticmethod
@@ -216,21 +208,21 @@ class MomentumSGD(_AsyncOptimizer):
 
 
 class WorkerOptimizer:
-    """A worker's side of an :class:`_AsyncOptimizer`: the same rule on the shared parameters and state.
+    """A worker's side of an :class:`AsyncOptimizer`: the same rule on the shared parameters and state.
 
     Shared optimizers keep a reference to the state (every worker updates the same statistics); per-worker ones copy
     it, so each worker starts from the saved statistics and then keeps its own.
 
     :param optimizer_class: the main process' optimizer class (``SharedRMSprop`` or ``MomentumSGD``)
-    :param hyperparameters: its :meth:`_AsyncOptimizer.hyperparameters`
+    :param hyperparameters: its :meth:`AsyncOptimizer.hyperparameters`
     :param params: the shared parameters
-    :param state: its :meth:`_AsyncOptimizer.state_tensors`
+    :param state: its :meth:`AsyncOptimizer.state_tensors`
     :param shared: whether the state is shared
     """
 
     def __init__(
         self,
-        optimizer_class: type[_AsyncOptimizer],
+        optimizer_class: type[AsyncOptimizer],
         hyperparameters: dict[str, Any],
         params: list[torch.Tensor],
         state: list[torch.Tensor],
@@ -246,14 +238,14 @@ class WorkerOptimizer:
         self.optimizer_class.update_(self.params, grads, self.state, lr=lr, **self.hyperparameters)
 
 
-def as_async_optimizer(optimizer: Optimizer) -> _AsyncOptimizer:
+def as_async_optimizer(optimizer: Optimizer) -> AsyncOptimizer:
     """``optimizer`` if it is one of the paper's optimizers, else a ``TypeError`` (workers could not apply it)."""
-    if not isinstance(optimizer, _AsyncOptimizer):
+    if not isinstance(optimizer, AsyncOptimizer):
         raise TypeError(f"Expected SharedRMSprop or MomentumSGD, got {type(optimizer).__name__}")
     return optimizer
 
 
-def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float, **kwargs: Any) -> _AsyncOptimizer:
+def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float, **kwargs: Any) -> AsyncOptimizer:
     """Build one of the paper's three optimizers by name.
 
     :param name: ``"shared_rmsprop"`` (paper default), ``"rmsprop"`` (per-worker statistics) or ``"sgd"``

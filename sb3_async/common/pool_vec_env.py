@@ -14,7 +14,8 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
-from sb3_async.common.env_pool import FINAL_INFO, FINAL_OBS, AsyncEnvPool, EnvError
+from sb3_async.common.env_pool import AsyncEnvPool, EnvError
+from sb3_async.common.env_worker import FINAL_INFO, FINAL_OBS
 
 
 class PoolVecEnv(VecEnv):

@@ -2,10 +2,16 @@
 
 - :mod:`~sb3_async.common.runtime.processes`: the torch-free core every process goes through (the start method,
   ``start_process``, the parent-death watch, error reports, stopping); the env pool's workers use it without torch.
-- :mod:`~sb3_async.common.runtime.mp`: the ``Runtime`` seam, ``WorkerSpec``/``WorkerContext`` and the default
-  ``MultiprocessingRuntime`` (``backend="mp"``).
+- :mod:`~sb3_async.common.runtime.base`: the ``Runtime`` seam, ``WorkerSpec``/``WorkerContext`` and the workers'
+  seeds (``worker_seed``, ``restart_seed``), shared by every backend.
+- :mod:`~sb3_async.common.runtime.mp`: the default ``MultiprocessingRuntime`` (``backend="mp"``), its worker entry
+  point and the forkserver.
 - :mod:`~sb3_async.common.runtime.ray_backend`: ``RayRuntime`` (``backend="ray"``), one Ray actor per node, each
   running the ``MultiprocessingRuntime``.
+- :mod:`~sb3_async.common.runtime.factory`: ``make_runtime``, the runtime for a backend name.
+
+Imports go one way: ``processes`` <- ``base`` <- ``mp`` <- ``ray_backend``, and ``factory`` imports ``mp`` (and
+``ray_backend`` when asked for Ray).
 
 Names are imported lazily (PEP 562), so that importing :mod:`~sb3_async.common.runtime.processes` does not import
 torch.
@@ -17,32 +23,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sb3_async.common.runtime.mp import (
-        BACKENDS,
-        MultiprocessingRuntime,
-        Runtime,
-        WorkerContext,
-        WorkerSpec,
-        make_runtime,
-        restart_seed,
-        worker_seed,
-    )
+    from sb3_async.common.runtime.base import Runtime, WorkerContext, WorkerSpec, restart_seed, worker_seed
+    from sb3_async.common.runtime.factory import make_runtime
+    from sb3_async.common.runtime.mp import MultiprocessingRuntime
     from sb3_async.common.runtime.processes import START_METHODS, WorkerError
+    from sb3_async.common.validation import BACKENDS
 
 _LAZY = {
     **dict.fromkeys(
-        (
-            "BACKENDS",
-            "MultiprocessingRuntime",
-            "Runtime",
-            "WorkerContext",
-            "WorkerSpec",
-            "make_runtime",
-            "restart_seed",
-            "worker_seed",
-        ),
-        "sb3_async.common.runtime.mp",
+        ("Runtime", "WorkerContext", "WorkerSpec", "restart_seed", "worker_seed"), "sb3_async.common.runtime.base"
     ),
+    "make_runtime": "sb3_async.common.runtime.factory",
+    "MultiprocessingRuntime": "sb3_async.common.runtime.mp",
+    "BACKENDS": "sb3_async.common.validation",
     **dict.fromkeys(("START_METHODS", "WorkerError"), "sb3_async.common.runtime.processes"),
 }
 

@@ -1,16 +1,9 @@
-"""Worker lifecycle for every sb3_async algorithm: start, supervise, stop. Written once, used by all.
+"""``backend="mp"``: the workers as processes on this machine, the default backend and the one a Ray host runs too.
 
-An algorithm describes its workers as :class:`WorkerSpec` objects: a module-level function ``fn(ctx, payload)``, the
-payload it needs (shipped with cloudpickle, so schedules and env factories may be lambdas) and the shared tensors it
-works on (shipped through torch's shared-memory reductions, so every worker sees the same storage). The runtime
-starts one process per spec and gives each a :class:`WorkerContext`: its rank and seed, the global step counter, the
-stop signal and a pipe to the main process.
-
-The same two shapes serve the whole library:
-
-* gradient-sharing workers (A3C, the async Q family): every spec runs the same loop on shared parameters;
-* actors feeding a learner through a replay (Ape-X, AE-DDPG): actor specs send transitions with :meth:`WorkerContext.send`,
-  the learner (the main process or a spec of its own) receives them through :meth:`Runtime.poll`.
+:class:`MultiprocessingRuntime` starts one process per :class:`~sb3_async.common.runtime.base.WorkerSpec` (through
+the forkserver, :func:`start_forkserver`), runs each spec's function in it with a
+:class:`~sb3_async.common.runtime.base.WorkerContext` (the worker entry point, ``_worker_main``) and receives what
+the workers send.
 
 Guarantees, each covered by a test:
 
@@ -31,28 +24,23 @@ import queue
 import signal
 import threading
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import cloudpickle
-import numpy as np
 import torch
 import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reductions for the tensors workers get)
 
+from sb3_async.common.runtime.base import Runtime, WorkerContext, WorkerSpec, restart_seed
 from sb3_async.common.runtime.processes import (
-    EXIT_UNGUARDED_MAIN,
     WorkerError,
-    _report_and_exit,
-    _stop_processes,
-    _watch_parent,
     process_context,
+    report_and_exit,
     start_process,
+    stop_processes,
+    watch_parent,
 )
-
-BACKENDS = ("mp", "ray")
 
 _END = "__end__"  # the reader thread's mark that a worker's pipe reached its end (data: the worker's generation)
 
@@ -83,97 +71,6 @@ def start_forkserver() -> None:
     multiprocessing.forkserver.ensure_running()  # spawns the server and returns: the imports run in the server
 
 
-@dataclass
-class WorkerSpec:
-    """One worker: ``fn(ctx, payload)`` runs in its own process.
-
-    :param fn: a module-level function (it is pickled by reference)
-    :param payload: everything else the worker needs; cloudpickled, so lambdas are fine
-    :param shared: tensors shared with the main process and the other workers (same storage, no copy)
-    :param name: shown in errors and logs
-    :param synced: entries of ``shared`` the workers update in place (parameters, optimizer statistics). Where shared
-        memory does not reach every worker (``backend="ray"`` across machines), each machine keeps its own copy and
-        the runtime adds every machine's changes to the main process' copy (and theirs to the others')
-    :param averaged: entries of ``shared`` the workers update in place that each machine keeps for itself (optimizer
-        statistics: a sum of several machines' decays would drive them negative); the main process' copy (saved with
-        the model) is the mean of the machines' copies
-    :param owned: entries of ``shared`` made of row-per-writer groups (:mod:`~sb3_async.common.runtime.seqlock`: row
-        ``rank + 1`` of each group written by worker ``rank`` alone, row 0 by nobody; the shared normalization
-        statistics); across machines each row is copied from its writer's machine to the others
-    :param published: entries of ``shared`` only the main process writes and the workers read (Ape-X's parameters);
-        the main process calls :meth:`Runtime.publish` after writing one, so that backends without shared memory
-        copy it to the workers
-    """
-
-    fn: Callable[[WorkerContext, Any], None]
-    payload: Any = None
-    shared: dict[str, Any] = field(default_factory=dict)
-    name: str = "worker"
-    synced: tuple[str, ...] = ()
-    averaged: tuple[str, ...] = ()
-    owned: tuple[str, ...] = ()
-    published: tuple[str, ...] = ()
-
-
-class WorkerContext:
-    """What a worker knows about the run. Built by the runtime inside the worker process."""
-
-    def __init__(
-        self,
-        rank: int,
-        name: str,
-        n_workers: int,
-        base_seed: int,
-        steps: torch.Tensor,
-        control: torch.Tensor,
-        parked: torch.Tensor,
-        conn: Connection,
-        shared: dict[str, Any],
-        start_timesteps: int,
-        total_timesteps: int,
-    ):
-        self.rank, self.name, self.n_workers = rank, name, n_workers
-        self.base_seed, self.seed = base_seed, base_seed + rank
-        self.shared = shared
-        self.start_timesteps, self.total_timesteps = start_timesteps, total_timesteps
-        self._steps, self._control, self._parked, self._conn = steps, control, parked, conn
-        self._own_steps = int(steps[rank])  # a restarted worker goes on counting from its predecessor's steps
-
-    @property
-    def num_timesteps(self) -> int:
-        """Global env steps (all workers, previous ``learn()`` calls included): the paper's shared counter T. The
-        last slot of the counter holds the steps of workers this process cannot see (other machines)."""
-        return self.start_timesteps + int(self._steps.sum())
-
-    @property
-    def progress_remaining(self) -> float:
-        """1 at the start of training, 0 at the end: what SB3 schedules take."""
-        return max(0.0, 1.0 - self.num_timesteps / max(1, self.total_timesteps))
-
-    def add_steps(self, n: int) -> int:
-        """Count ``n`` env steps of this worker; returns the global count. Each worker writes its own slot: no race."""
-        self._own_steps += n
-        self._steps[self.rank] = self._own_steps
-        return self.num_timesteps
-
-    def should_stop(self) -> bool:
-        """True once the main process asked to stop or the step budget is spent.
-
-        Workers call it between updates; it is also where a worker parks while the main process has paused the
-        workers (:meth:`Runtime.pause`), so a paused worker holds no half-applied update.
-        """
-        if self._control[1]:
-            self._parked[self.rank] = 1
-            while self._control[1] and not self._control[0]:
-                time.sleep(0.002)
-            self._parked[self.rank] = 0
-        return bool(self._control[0]) or self.num_timesteps >= self.total_timesteps
-
-    def send(self, kind: str, data: Any) -> None:
-        """Send a message to the main process (episode statistics, losses, transitions...)."""
-        self._conn.send((kind, data))
-
-
 def _worker_main(
     rank: int,
     name: str,
@@ -191,7 +88,7 @@ def _worker_main(
 ) -> None:
     """Entry point of every worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _watch_parent(parent_pid)
+    watch_parent(parent_pid)
     torch.set_num_threads(1)
     torch.distributions.Distribution.set_default_validate_args(False)  # per-step argument checks cost more than the net
     ctx = WorkerContext(
@@ -205,65 +102,8 @@ def _worker_main(
         fn(ctx, payload)
         conn.send(("done", None))
     except BaseException:
-        _report_and_exit(conn, "error")
+        report_and_exit(conn, "error")
     conn.close()
-
-
-class Runtime(ABC):
-    """Backend seam: the algorithms talk to this interface, never to processes directly."""
-
-    @abstractmethod
-    def start(self, specs: Sequence[WorkerSpec], seed: int, start_timesteps: int, total_timesteps: int) -> None:
-        """Start one worker per spec; worker ``rank`` is seeded with ``seed + rank``."""
-
-    @abstractmethod
-    def poll(self, timeout: float) -> list[tuple[int, str, Any]]:
-        """Messages ``(rank, kind, data)`` received within ``timeout`` seconds. Raises :class:`WorkerError`."""
-
-    @abstractmethod
-    def steps(self) -> int:
-        """Env steps the workers counted since :meth:`start`."""
-
-    @abstractmethod
-    def running(self) -> bool:
-        """Whether any worker is still working."""
-
-    @abstractmethod
-    def request_stop(self) -> None:
-        """Ask every worker to finish (they see :meth:`WorkerContext.should_stop`)."""
-
-    @abstractmethod
-    def pause(self, timeout: float = 30.0) -> None:
-        """Park every worker at its next :meth:`WorkerContext.should_stop` and return once all are parked (or
-        finished). Raises :class:`WorkerError` if a worker dies meanwhile, ``TimeoutError`` after ``timeout``."""
-
-    @abstractmethod
-    def resume(self) -> None:
-        """Let parked workers go on."""
-
-    @abstractmethod
-    def close(self, timeout: float = 5.0) -> None:
-        """Stop every worker and release everything. Safe to call twice."""
-
-    def restart(self, rank: int) -> None:
-        """Start worker ``rank`` again after :meth:`poll` reported it dead (same spec, fresh seed: see
-        :func:`restart_seed`); its step count goes on from its predecessor's. Both backends implement it."""
-        raise NotImplementedError(f"{type(self).__name__} cannot restart worker {rank}")
-
-    def local_workers(self) -> int:
-        """How many of the started workers run on this machine (0 when unknown): the main process leaves them their
-        CPUs (see :func:`sb3_async.common.torch_utils.threads_beside_workers`)."""
-        return 0
-
-    def publish(self, name: str) -> None:  # noqa: B027  (a no-op where shared memory reaches every worker)
-        """The main process wrote the ``published`` entry ``name`` of the specs: make the workers see it (nothing to
-        do with shared memory)."""
-
-    def __enter__(self) -> Runtime:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class MultiprocessingRuntime(Runtime):
@@ -482,7 +322,7 @@ class MultiprocessingRuntime(Runtime):
         if rank not in self._index:
             raise ValueError(f"Invalid rank={rank!r}: this runtime runs workers {self._ranks}")
         i = self._index[rank]
-        _stop_processes([self._procs[i]], timeout=1.0)
+        stop_processes([self._procs[i]], timeout=1.0)
         with self._conns_lock:
             self._open_conns.pop(self._conns[i], None)
         self._conns[i].close()
@@ -500,7 +340,7 @@ class MultiprocessingRuntime(Runtime):
         self.request_stop()
         procs = [proc for proc in self._procs if proc is not None]
         # The reader thread keeps draining meanwhile, so a worker blocked on send() can finish.
-        _stop_processes(procs, timeout)
+        stop_processes(procs, timeout)
         self._reading.clear()
         if self._reader is not None:
             self._reader.join(timeout=1.0)
@@ -511,30 +351,3 @@ class MultiprocessingRuntime(Runtime):
             if not proc.is_alive():
                 proc.close()
         self._procs, self._conns = [], []
-
-
-def restart_seed(seed: int, n_workers: int, generation: int) -> int:
-    """Base seed of a worker started for the ``generation``-th time (0: the first start). A restarted worker must not
-    replay its predecessor's episodes: its base seed moves by ``1000 * n_workers`` per restart, past the env seeds
-    (``seed + rank * n_envs``) of every rank for fewer than 1000 envs per worker; kept below 2**31 for NumPy."""
-    return (seed + 1000 * n_workers * generation) % 2**31
-
-
-def make_runtime(backend: str, start_method: str, backend_kwargs: dict[str, Any] | None = None) -> Runtime:
-    """The runtime for ``backend``: ``"mp"`` (:class:`MultiprocessingRuntime`) or ``"ray"``
-    (:class:`~sb3_async.common.runtime.ray_backend.RayRuntime`, its options in ``backend_kwargs``)."""
-    backend_kwargs = dict(backend_kwargs or {})
-    if backend == "mp":
-        if backend_kwargs:
-            raise ValueError(f"Invalid backend_kwargs={backend_kwargs!r}: backend='mp' takes none")
-        return MultiprocessingRuntime(start_method)
-    if backend == "ray":
-        from sb3_async.common.runtime.ray_backend import RayRuntime  # Ray is optional: imported only when asked for
-
-        return RayRuntime(start_method=start_method, **backend_kwargs)
-    raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")
-
-
-def worker_seed(seed: int | None) -> int:
-    """Base seed for the workers (worker ``rank`` gets ``seed + rank``)."""
-    return int(seed) if seed is not None else int(np.random.randint(0, 2**31 - 1 - 1024))

@@ -24,13 +24,13 @@ __all__ = [
     "EXIT_UNGUARDED_MAIN",
     "START_METHODS",
     "WorkerError",
-    "_exit_if_importing_main",
-    "_main_module_importable",
-    "_report_and_exit",
-    "_stop_processes",
-    "_watch_parent",
+    "exit_if_importing_main",
+    "main_module_importable",
     "process_context",
+    "report_and_exit",
     "start_process",
+    "stop_processes",
+    "watch_parent",
 ]
 
 START_METHODS = ("forkserver", "spawn", "fork")
@@ -71,7 +71,7 @@ class WorkerError(RuntimeError):
         super().__init__(message)
 
 
-def _exit_if_importing_main() -> None:
+def exit_if_importing_main() -> None:
     """In a worker that is still importing the main script (a script without a ``__main__`` guard starts training
     again there), exit quietly with :data:`EXIT_UNGUARDED_MAIN`: the main process then raises one clear
     :class:`WorkerError`, instead of every worker printing multiprocessing's long bootstrapping traceback."""
@@ -81,7 +81,7 @@ def _exit_if_importing_main() -> None:
 
 
 @contextlib.contextmanager
-def _main_module_importable(always: bool = False) -> Iterator[None]:
+def main_module_importable(always: bool = False) -> Iterator[None]:
     """Hide a main module ``__file__`` that is not a file (``python - < script.py`` gives ``'<stdin>'``): workers then
     do not try to re-import it, as with ``python -c`` and notebooks (what they need of it travels with cloudpickle).
 
@@ -113,17 +113,17 @@ def process_context(start_method: str, preload: Sequence[str] = ()) -> Any:
 def start_process(ctx: Any, target: Any, name: str, args: tuple[Any, ...]) -> Any:
     """Start ``target(*args)`` in a new daemonic process of ``ctx``: the one place sb3_async starts a process (the
     runtime's workers and the env pool's alike). An unguarded main script being re-imported by a worker exits quietly
-    here (:func:`_exit_if_importing_main`); a main module that is not a file is not re-imported by the child
-    (:func:`_main_module_importable`). The target is expected to call :func:`_watch_parent` first and to report with
-    :func:`_report_and_exit`; :func:`_stop_processes` stops what this started."""
-    _exit_if_importing_main()
+    here (:func:`exit_if_importing_main`); a main module that is not a file is not re-imported by the child
+    (:func:`main_module_importable`). The target is expected to call :func:`watch_parent` first and to report with
+    :func:`report_and_exit`; :func:`stop_processes` stops what this started."""
+    exit_if_importing_main()
     proc = ctx.Process(target=target, name=name, args=args, daemon=True)
-    with _main_module_importable():
+    with main_module_importable():
         proc.start()
     return proc
 
 
-def _watch_parent(parent_pid: int) -> None:
+def watch_parent(parent_pid: int) -> None:
     """Exit this worker as soon as the main process is gone (normal exit, crash or SIGKILL)."""
     try:
         fd = os.pidfd_open(parent_pid)
@@ -147,7 +147,7 @@ def _watch_parent(parent_pid: int) -> None:
     threading.Thread(target=run, name="sb3_async-parent-watch", daemon=True).start()
 
 
-def _report_and_exit(conn: Connection, kind: str) -> NoReturn:
+def report_and_exit(conn: Connection, kind: str) -> NoReturn:
     """Send the exception being handled to the main process as ``(kind, its traceback)``, then end this worker."""
     try:
         conn.send((kind, traceback.format_exc()))
@@ -156,7 +156,7 @@ def _report_and_exit(conn: Connection, kind: str) -> NoReturn:
         os._exit(1)
 
 
-def _stop_processes(procs: Sequence[Any], timeout: float) -> None:
+def stop_processes(procs: Sequence[Any], timeout: float) -> None:
     """Wait up to ``timeout`` seconds in all for ``procs`` to exit, then SIGTERM, then SIGKILL those still alive."""
     deadline = time.monotonic() + timeout
     for proc in procs:

@@ -43,18 +43,19 @@ import cloudpickle
 import numpy as np
 import torch
 
-from sb3_async.common.runtime.mp import MultiprocessingRuntime, Runtime, WorkerSpec, restart_seed
-from sb3_async.common.runtime.processes import WorkerError, _main_module_importable
+from sb3_async.common.runtime.base import Runtime, WorkerSpec, restart_seed
+from sb3_async.common.runtime.mp import MultiprocessingRuntime
+from sb3_async.common.runtime.processes import WorkerError, main_module_importable
 from sb3_async.common.runtime.ray_env import (  # the connect / release rules, shared with the env pool's Ray hosts
     NAMESPACE,
     RAY_INSTALL_HINT,
-    check_nonnegative,
     connect_ray,
     import_ray,
     release_ray,
     wait_ready,
 )
 from sb3_async.common.runtime.seqlock import read_rows, seqlock_groups, write_rows
+from sb3_async.common.validation import check_int, check_nonnegative
 
 __all__ = ["NAMESPACE", "RAY_INSTALL_HINT", "RayHost", "RayRuntime", "entry_tensors", "import_ray", "merge_changes"]
 
@@ -122,7 +123,7 @@ class RayHost:
         self._own_rows = np.asarray(ranks) + 1
         self._published = {name: entry_tensors(first[name]) for name in specs[0].published}
         self._runtime = MultiprocessingRuntime(start_method)
-        with _main_module_importable(always=True):
+        with main_module_importable(always=True):
             self._runtime.start(specs, seed, start_timesteps, total_timesteps, ranks=ranks, n_total=n_total)
 
     def node_id(self) -> str:
@@ -179,7 +180,7 @@ class RayHost:
         )
 
     def restart(self, rank: int) -> None:
-        with _main_module_importable(always=True):
+        with main_module_importable(always=True):
             self._runtime.restart(rank)
 
     def close(self) -> None:
@@ -250,17 +251,10 @@ class RayRuntime(Runtime):
             raise TypeError(f"Invalid address={address!r}: expected a Ray address string or None")
         if init_kwargs is not None and not isinstance(init_kwargs, dict):
             raise TypeError(f"Invalid init_kwargs={init_kwargs!r}: expected a dict or None")
-        if (
-            isinstance(num_cpus_per_worker, bool)
-            or not isinstance(num_cpus_per_worker, (int, float))
-            or num_cpus_per_worker < 0
-        ):
-            raise ValueError(f"Invalid num_cpus_per_worker={num_cpus_per_worker!r}: expected a number >= 0")
-        if workers_per_actor is not None and (
-            isinstance(workers_per_actor, bool) or not isinstance(workers_per_actor, int) or workers_per_actor < 1
-        ):
-            raise ValueError(f"Invalid workers_per_actor={workers_per_actor!r}: expected an integer >= 1 or None")
+        if workers_per_actor is not None:
+            workers_per_actor = check_int("workers_per_actor", workers_per_actor, 1)
         for name, value in (
+            ("num_cpus_per_worker", num_cpus_per_worker),
             ("sync_interval", sync_interval),
             ("publish_interval", publish_interval),
             ("exchange_wait", exchange_wait),

@@ -9,13 +9,13 @@ initialized in this process is used as it is and never shut down by us; else ``r
 (Ray also removes them if the driver dies).
 
 Env hosts: each group of the pool's envs (the ``np.array_split`` groups of the process workers) lives in one Ray actor,
-:class:`RayEnvHost`, which wraps the pool's own ``_Worker`` (same step / reset / call code, same autoreset and
+:class:`RayEnvHost`, which wraps the pool's own ``EnvWorker`` (same step / reset / call code, same autoreset and
 ``on_error`` handling, same tracebacks) and answers each command as the process worker does, the observations of the
 envs it stepped added to the reply as NumPy arrays (no shared memory between machines). :class:`RayEnvHosts` is the
 driver's side: one remote call per command, answered in order per host (a Ray actor runs one caller's calls in
 order), ``ray.wait`` on the oldest call of each busy host, and the observations written into the pool's observation
 slots as each reply is read, so the pool's logic is the same for both engines. This module imports neither torch nor
-gymnasium (the env pool is imported inside the actor), so neither do the env hosts unless the envs do.
+gymnasium (the env worker is imported inside the actor), so neither do the env hosts unless the envs do.
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from sb3_async.common.validation import check_nonnegative
+
 if TYPE_CHECKING:
-    from sb3_async.common.env_pool import SharedObs
+    from sb3_async.common.env_worker import SharedObs
 
 RAY_INSTALL_HINT = 'backend="ray" needs Ray: pip install "sb3-async[ray]"'
 NAMESPACE = "sb3_async"
@@ -105,13 +107,6 @@ def release_ray(ray: Any, actors: Sequence[Any], prefix: str, owns_ray: bool, ti
         ray.shutdown()
 
 
-def check_nonnegative(name: str, value: Any) -> float:
-    """``value`` as a float, or a ``ValueError`` naming ``name`` unless it is a finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-        raise ValueError(f"Invalid {name}={value!r}: expected a finite number >= 0")
-    return float(value)
-
-
 def wait_ready(ray: Any, refs: list[Any], timeout: float | None) -> list[Any]:
     """The refs among ``refs`` that have finished: wait up to ``timeout`` seconds (None: no limit) for the first, then
     take every other one already finished."""
@@ -131,11 +126,11 @@ class RayEnvHost:
     """
 
     def __init__(self, ids: list[int], factories_blob: bytes, autoreset: bool, on_error: str):
-        from sb3_async.common.env_pool import _Worker  # here, so that RayRuntime's import of this module stays light
+        from sb3_async.common.env_worker import EnvWorker  # here, so that RayRuntime's import of this module stays light
 
         self._fatal: str | None = None
         try:
-            self._worker = _Worker(ids, cloudpickle.loads(factories_blob), autoreset, on_error)
+            self._worker = EnvWorker(ids, cloudpickle.loads(factories_blob), autoreset, on_error)
         except Exception:  # reported by the first call, as a process worker reports it ("fatal", its traceback)
             self._fatal = traceback.format_exc()
 
@@ -146,7 +141,7 @@ class RayEnvHost:
         return str(ray.get_runtime_context().get_node_id())
 
     def handle(self, command: str, data: Any) -> tuple[str, Any, Any]:
-        """Serve one command of the pool as the process worker does (``_worker_main``).
+        """Serve one command of the pool as the process worker does (``env_worker_main``).
 
         :return: ``(kind, reply, observations)``; ``observations`` is ``(ids, arrays)`` of the envs a ``step`` or a
             ``reset`` wrote (None otherwise); ``("fatal", traceback, None)`` if the host cannot serve
@@ -158,7 +153,7 @@ class RayEnvHost:
             if command == "spaces":
                 return "spaces", [(i, env.observation_space, env.action_space) for i, env in worker.envs.items()], None
             if command == "obs":  # the driver's observation slots of this group: a (re)started host starts from them
-                from sb3_async.common.env_pool import SharedObs
+                from sb3_async.common.env_worker import SharedObs
 
                 n_envs, observations = data
                 worker.obs = SharedObs(worker.envs[worker.ids[0]].observation_space, n_envs)  # untouched pages cost nothing

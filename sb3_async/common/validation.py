@@ -1,0 +1,61 @@
+"""Argument checks shared by every part of sb3_async: one rule per kind of argument, the same errors everywhere.
+
+A value of the wrong type raises ``TypeError``, a value of the right type outside what is accepted raises
+``ValueError``; either message names the argument, the value given and what is accepted. This module imports neither
+torch nor NumPy: the env pool (:mod:`sb3_async.common.env_pool`), which env worker processes import without torch, uses
+it too. NumPy's integers and floats pass as integers and numbers (they are registered as ``numbers.Integral`` and
+``numbers.Real``); ``bool`` is refused wherever a number is expected.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+__all__ = ["BACKENDS", "check_backend", "check_float", "check_int", "check_nonnegative"]
+
+#: Where the workers (or the env pool's envs) run: processes on this machine, or Ray actors on a Ray cluster.
+BACKENDS = ("mp", "ray")
+
+
+def check_int(name: str, value: Any, minimum: int = 1) -> int:
+    """``value`` as an int >= ``minimum``: ``TypeError`` if it is not an integer, ``ValueError`` if it is smaller."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"Invalid {name}={value!r}: expected an integer >= {minimum}")
+    if value < minimum:
+        raise ValueError(f"Invalid {name}={value!r}: expected an integer >= {minimum}")
+    return int(value)
+
+
+def check_float(name: str, value: Any, low: float = 0.0, high: float = math.inf, high_inclusive: bool = True) -> float:
+    """``value`` as a finite float in ``[low, high]`` (``[low, high)`` unless ``high_inclusive``): ``TypeError`` if it
+    is not a number, ``ValueError`` if it is outside."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"Invalid {name}={value!r}: expected a number")
+    value = float(value)
+    if not math.isfinite(value) or value < low or value > high or (value == high and not high_inclusive):
+        bracket = "]" if high_inclusive else ")"
+        raise ValueError(f"Invalid {name}={value!r}: expected a finite number in [{low}, {high}{bracket}")
+    return value
+
+
+def check_nonnegative(name: str, value: Any) -> float:
+    """``value`` as a finite float >= 0 (a duration, a CPU count): ``TypeError`` if it is not a number,
+    ``ValueError`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"Invalid {name}={value!r}: expected a finite number >= 0")
+    if not 0 <= value < math.inf:
+        raise ValueError(f"Invalid {name}={value!r}: expected a finite number >= 0")
+    return float(value)
+
+
+def check_backend(backend: Any, backend_kwargs: Any) -> None:
+    """``backend`` one of :data:`BACKENDS` (else ``ValueError``) and ``backend_kwargs`` a dict or None (else
+    ``TypeError``); ``"mp"`` takes no ``backend_kwargs`` (``ValueError``)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")
+    if backend_kwargs is not None and not isinstance(backend_kwargs, dict):
+        raise TypeError(f"Invalid backend_kwargs={backend_kwargs!r}: expected a dict or None")
+    if backend == "mp" and backend_kwargs:
+        raise ValueError(f"Invalid backend_kwargs={backend_kwargs!r}: backend='mp' takes none")

@@ -1,0 +1,168 @@
+"""What several test files share (fixtures live in tests/conftest.py): envs that fail, leak watches, the zoo's recipes.
+
+Test files import from here, never from one another. The classes and functions of this module travel to workers and
+env hosts by value (cloudpickle), so those never import it (nor torch through it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import pytest
+import torch
+from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
+from stable_baselines3.common.evaluation import evaluate_policy
+
+from sb3_async.common.env_pool import AsyncEnvPool, EnvError
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+#: Ape-X settings that start learning at once, for tests of the machinery rather than of learning.
+FAST_DQN = dict(n_actors=2, learning_starts=64, batch_size=32, block_size=10, seed=0)
+
+
+class FailingEnv(gym.Wrapper):
+    """An env (CartPole-v1 unless given) that fails in its ``fail_at``-th step: raises ``RuntimeError("boom in
+    step")`` (``how="raise"``) or kills its own process with SIGKILL (``how="kill"``). ``pid()`` says where it runs."""
+
+    def __init__(self, env: gym.Env | None = None, fail_at: int = 50, how: str = "raise"):
+        super().__init__(gym.make("CartPole-v1") if env is None else env)
+        self.fail_at, self.how, self.count = fail_at, how, 0
+
+    def step(self, action):
+        self.count += 1
+        if self.count == self.fail_at:
+            if self.how == "raise":
+                raise RuntimeError("boom in step")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.env.step(action)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def check_env_1_error_spares_the_others(pool: AsyncEnvPool) -> None:
+    """Envs 0..2 of ``pool``, env 1 raising in its second step: its error names it and the others' results are kept
+    (both engines, tests/test_ray_env_pool.py too)."""
+    pool.reset(seed=0)
+    pool.step({0: 0, 1: 0, 2: 0})
+    pool.send({0: 0, 1: 0, 2: 0})
+    with pytest.raises(EnvError, match="(?s)Env 1 of the AsyncEnvPool raised in step.*boom in step") as info:
+        pool.recv(min_ready=3)
+    assert info.value.env_id == 1
+    obs, *_ = pool.recv(min_ready=2)  # the others' results are kept
+    assert sorted(obs) == [0, 2]
+
+
+class ShmWatch:
+    """The ``/dev/shm`` entries of *our* processes, so that another program using shared memory beside the tests
+    cannot fail them: names our processes had mapped or open while :meth:`sample` looked, plus torch's segments named
+    after one of our pids (``torch_<pid>_...``). :meth:`leaked` lists those still present."""
+
+    def __init__(self) -> None:
+        self.pids: set[int] = set()
+        self.names: set[str] = set()
+
+    def sample(self, pids: list[int]) -> None:
+        for pid in pids:
+            self.pids.add(pid)
+            paths: list[str] = []
+            try:
+                paths += [line.split(None, 5)[-1] for line in Path(f"/proc/{pid}/maps").read_text().splitlines()]
+                paths += [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+            except OSError:
+                continue
+            self.names.update(
+                path[len("/dev/shm/") :].removesuffix(" (deleted)") for path in paths if path.startswith("/dev/shm/")
+            )
+
+    def sample_self_and_children(self) -> None:
+        import psutil
+
+        self.sample([os.getpid(), *(child.pid for child in psutil.Process().children(recursive=True))])
+
+    def leaked(self) -> set[str]:
+        entries = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+        ours = {name for name in entries if name.startswith("torch_") and name.split("_")[1] in map(str, self.pids)}
+        return ours | (entries & self.names)
+
+
+def live_children() -> list[int]:
+    """Worker processes of this process still running (the forkserver itself stays, as in any program using it)."""
+    return [p.pid for p in multiprocessing.active_children() if p.name.startswith("sb3_async")]
+
+
+def zoo_model(algo: str, env_id: str, log_dir: str | Path, seed: int = 0, **hyperparams: Any) -> Any:
+    """The model of zoo_configs/<algo>.yml's ``env_id`` entry, built as ``python -m sb3_async.train`` builds it: the
+    RL Zoo's ``ExperimentManager`` reads the entry and :mod:`sb3_async.zoo` turns its ``n_envs`` into worker counts.
+    ``hyperparams`` override the entry's values (``n_actors``, ``n_envs_per_actor``...); the zoo's logs go to
+    ``log_dir``."""
+    from rl_zoo3.exp_manager import ExperimentManager
+
+    from sb3_async import zoo
+
+    zoo.register()
+    entry = zoo.zoo_algorithm(algo)
+    assert entry is not None, algo
+    manager = ExperimentManager(
+        argparse.Namespace(),
+        algo,
+        env_id,
+        str(log_dir),
+        n_timesteps=0,
+        eval_freq=-1,
+        save_freq=-1,
+        hyperparams=hyperparams or None,
+        seed=seed,
+        verbose=0,
+        config=str(entry.config_path),
+    )
+    result = manager.setup_experiment()
+    assert result is not None
+    return result[0]
+
+
+class _StopAndKeepEvaluated(StopTrainingOnRewardThreshold):
+    """SB3's ``StopTrainingOnRewardThreshold`` that also keeps a copy of the policy's parameters as just evaluated."""
+
+    evaluated: dict[str, torch.Tensor]
+
+    def _on_step(self) -> bool:
+        self.evaluated = {name: value.detach().clone() for name, value in self.model.policy.state_dict().items()}
+        return super()._on_step()
+
+
+def learns_and_returns_the_evaluated_model(model, env_id: str, threshold: float, total: int, every: int, margin: float):
+    """SB3's ``EvalCallback`` (20 deterministic episodes, workers parked: the evaluated policy is the one that stops
+    training) with ``StopTrainingOnRewardThreshold``: ``learn()`` must stop on the threshold and return the parameters
+    that evaluation saw (no update after it), and that model must score within ``margin`` of the threshold
+    on 20 fresh deterministic episodes (other seeds than the evaluations'). A mean just above the threshold can spread
+    on fresh episodes: with 10-episode evaluations, a CartPole stop at 476.3 +- 38.9 scored 399.3 on fresh ones (CI,
+    the Ray test); 20 make a lucky draw less likely."""
+    stop = _StopAndKeepEvaluated(threshold)
+    eval_callback = EvalCallback(
+        gym.make(env_id), eval_freq=every // model.n_envs, n_eval_episodes=20, callback_on_new_best=stop
+    )
+    start = time.perf_counter()
+    model.learn(total, callback=eval_callback)
+    seconds = time.perf_counter() - start
+    assert eval_callback.last_mean_reward >= threshold, (eval_callback.last_mean_reward, model.num_timesteps, seconds)
+    # No update after the evaluation (a step moves parameters by ~1e-3); atol: the Ray backend's final additive merge
+    # (driver += host - base, in float32) can leave ~1e-9 of rounding where nothing changed
+    torch.testing.assert_close(model.policy.state_dict(), stop.evaluated, rtol=0.0, atol=1e-6)
+    env = gym.make(env_id)
+    env.reset(seed=12345)
+    final, _ = evaluate_policy(model, env, n_eval_episodes=20, deterministic=True, warn=False)
+    print(
+        f"{type(model).__name__} {env_id}: stopped at {model.num_timesteps} steps, {seconds:.0f} s; returned model {final:.1f}"
+    )
+    assert final >= threshold - margin, final
