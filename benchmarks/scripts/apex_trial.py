@@ -4,8 +4,9 @@ curve, the training clock (evaluations excluded: the workers are parked meanwhil
 learner's flow and the final score. With ``STOP_AT``, the run stops at its first evaluation reaching it (SB3's
 ``StopTrainingOnRewardThreshold``), as a benchmark race does. Used to choose the zoo configs' values.
 
-    python scripts/apex_trial.py apex_dpg Pendulum-v1 '{"replay_ratio": 64}' SEED TOTAL_STEPS [EVAL_FREQ [STOP_AT]]
-    python scripts/apex_trial.py apex_dqn CartPole-v1 '{"policy_kwargs": {"optimizer_class": "Adam"}}' 0 100000 5000 475
+    python benchmarks/scripts/apex_trial.py apex_dpg Pendulum-v1 '{"replay_ratio": 64}' SEED TOTAL_STEPS [EVAL_FREQ [STOP_AT]]
+    python benchmarks/scripts/apex_trial.py apex_dqn CartPole-v1 '{"policy_kwargs": {"optimizer_class": "Adam"}}' \
+        0 100000 5000 475
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """A3C on PongNoFrameskip-v4 with a fixed wall-clock budget per run: the best layout for 2 cores (2 workers x 8 envs,
 each worker batching its envs' inference) and the paper's 16 workers x 1 env, against SB3's A2C with the zoo's atari
-settings (issue 15's ``atari`` measurement). Registers an ``atari_layouts`` suite (the ``atari`` suite's protocol:
-evaluation every 250k env steps, 10 deterministic episodes, off the clock) and runs it with the benchmark's command
-line; ``--algos a3c,a2c`` and the variants below choose the runs.
+settings (the ``atari`` measurement of docs/benchmarks.md). Registers an ``atari_layouts`` suite (the ``atari``
+suite's protocol: evaluation every 250k env steps, 10 deterministic episodes, off the clock) and runs it with the
+benchmark's command line; ``--algos a3c,a2c`` and the variants below choose the runs.
 
-Usage: python scripts/atari_pong_layouts.py --suite atari_layouts --seeds 1 --budget-seconds 1800 --out DIR --no-progress
-       [--layouts 2x8,16x1]
+Usage: python benchmarks/scripts/atari_pong_layouts.py --suite atari_layouts --seeds 1 --budget-seconds 1800 \
+           --out DIR --no-progress [--layouts 2x8,16x1]
 """
 
 import sys

@@ -5,7 +5,7 @@
    runs interleaved, clock from the start of ``learn()``.
 2. Worker scaling: A3C env steps per second with 1 and 2 workers (forkserver already started, 8 envs per worker).
 
-Usage: python scripts/a3c_speed.py [--seeds 3] [--skip-race] [--skip-scaling]
+Usage: python benchmarks/scripts/a3c_speed.py [--seeds 3] [--skip-race] [--skip-scaling]
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""PrioritizedReplayBuffer speed against cpprb's PrioritizedReplayBuffer (issue 11's performance goals).
+"""PrioritizedReplayBuffer speed against cpprb's PrioritizedReplayBuffer.
 
 Same work for both, interleaved in one process (run it on one core: ``taskset -c 0``): a batch of 512 sampled with
 IS weights (beta 0.4) and the 512 priorities updated (cpprb with ``check_for_update=True``, as our stale-update drop);
@@ -7,8 +7,8 @@ from the next slot in both: SB3's ``optimize_memory_usage`` and cpprb's ``next_o
 
 cpprb is a comparator, never a dependency:  pip install "sb3-async[replay-bench]"   (or: pip install cpprb)
 
-    taskset -c 0 python scripts/replay_speed.py                  # vector (1M x 4 floats) and Atari (100k frames)
-    taskset -c 0 python scripts/replay_speed.py --atari-capacity 20000 --rounds 30
+    taskset -c 0 python benchmarks/scripts/replay_speed.py                  # vector (1M x 4 floats) and Atari (100k frames)
+    taskset -c 0 python benchmarks/scripts/replay_speed.py --atari-capacity 20000 --rounds 30
 """
 
 from __future__ import annotations

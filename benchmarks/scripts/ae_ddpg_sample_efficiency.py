@@ -1,4 +1,4 @@
-"""AE-DDPG against DDPG on Pendulum-v1 at equal warm-up: env steps to -200 (issue 14's "2x DDPG's sample efficiency").
+"""AE-DDPG against DDPG on Pendulum-v1 at equal warm-up: env steps to -200 (the paper's claim: 2-4x DDPG's sample efficiency).
 
 The ``pendulum`` suite compares each algorithm with its own config, and the configs differ in ``learning_starts``
 (AE-DDPG 1000, the zoo's DDPG 10 000): most of the gap in env steps it measured is that warm-up. This suite runs both
@@ -14,12 +14,13 @@ A third, ``ae_ddpg_halfcheetah_updates``, spends AE-DDPG's faster collection on 
 (``updates_per_transition`` 2 and 4; the paper fixes no ratio, §IV-B) with the same protocol as the second, against
 DDPG's zoo entry (its one update per transition) when ``--algos ae_ddpg,ddpg`` names it.
 
-Usage: python scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_sample_efficiency --seeds 3 --out DIR --no-progress
-       python scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_halfcheetah_sample_efficiency --seeds 3 \
+Usage: python benchmarks/scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_sample_efficiency --seeds 3 \
+           --out DIR --no-progress
+       python benchmarks/scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_halfcheetah_sample_efficiency --seeds 3 \
            --budget-seconds 700 --out DIR --no-progress
-       python scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_halfcheetah_updates --seeds 1 \
+       python benchmarks/scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_halfcheetah_updates --seeds 1 \
            --budget-seconds 480 --out DIR --no-progress
-       AE_DDPG_UPDATES=4 python scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_halfcheetah_updates --seeds 2 \
+       AE_DDPG_UPDATES=4 python benchmarks/scripts/ae_ddpg_sample_efficiency.py --suite ae_ddpg_halfcheetah_updates --seeds 2 \
            --first-seed 1 --budget-seconds 600 --out DIR --no-progress
 """
 

@@ -5,7 +5,7 @@ policy that has stopped improving), ``--episodes`` of them per seed; the admissi
 ``admits_episode`` / ``update_best_returns``. For i.i.d. returns the paper's rule admits the record-setting episodes
 only: about ln(n) + 0.58 of n (the harmonic number), and the k-th-best rule about k (1 + ln(n / k)).
 
-    python scripts/hmemory_admissions.py --episodes 300 --seeds 3
+    python benchmarks/scripts/hmemory_admissions.py --episodes 300 --seeds 3
 """
 
 from __future__ import annotations

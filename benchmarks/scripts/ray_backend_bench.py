@@ -1,4 +1,4 @@
-"""backend="ray" against backend="mp" on one machine, and start-up on a two-node cluster (issue 16's figures).
+"""backend="ray" against backend="mp" on one machine, and start-up on a two-node cluster (the figures of docs/guide/ray.md).
 
 Each measured run is a fresh process (``--one``); the main process interleaves them (mp, ray, ray, mp, ...), so a
 change of the machine's load hits both backends alike. A run trains for ``--seconds`` after a warm-up and reports:
@@ -12,7 +12,7 @@ change of the machine's load hits both backends alike. A run trains for ``--seco
 nodes the workers ran on, and a Ray actor round trip carrying an A3C CartPole gradient (the parameter-server-per-update
 design's cost per update) against the local update time.
 
-    python scripts/ray_backend_bench.py --rounds 2 --seconds 40 --out benchmarks/results/ray_backend
+    python benchmarks/scripts/ray_backend_bench.py --rounds 2 --seconds 40 --out benchmarks/results/ray_backend
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def run_cluster() -> dict[str, Any]:
 
         model.learn(10_000_000, callback=First())
 
-        # Design (b) of the issue, a parameter-server actor applying every gradient: its round trip per update.
+        # The rejected design, a parameter-server actor applying every gradient: its round trip per update.
         from sb3_async import A3C
 
         a3c = A3C("MlpPolicy", "CartPole-v1", n_workers=1)

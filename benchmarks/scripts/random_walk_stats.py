@@ -4,7 +4,7 @@ For episodes of T steps (Pendulum 200, MountainCarContinuous 999), over many ind
 (how far the walk moves the action), the share of steps within 1% of the bound (pinned), the lag-20
 autocorrelation (temporal correlation), and the spectral slope of y at low frequencies (eq. 10 gives -2).
 
-    python scripts/random_walk_stats.py
+    python benchmarks/scripts/random_walk_stats.py
 """
 
 from __future__ import annotations

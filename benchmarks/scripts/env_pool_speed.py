@@ -12,7 +12,8 @@ Two protocols:
 * default: every measurement in a fresh process, configurations interleaved round after round, medians over rounds
   (on a machine whose load swings 5x within minutes, this one is noise).
 
-Usage: ``python scripts/env_pool_speed.py --paired [--rounds 12] [--seconds 0.5] [--out benchmarks/results/env_pool]``
+Usage: ``python benchmarks/scripts/env_pool_speed.py --paired [--rounds 12] [--seconds 0.5]
+[--out benchmarks/results/env_pool]``
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ SLEEP_ENGINES = [
 
 
 class SleepyEnv(gym.Wrapper):
-    """Sleeps a random 0-5 ms per step: step times that vary between envs (the issue's uneven-step-time case)."""
+    """Sleeps a random 0-5 ms per step: step times that vary between envs (the uneven-step-time case)."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
@@ -233,7 +234,7 @@ def report(rates: dict[str, dict[str, list[float]]], args: argparse.Namespace, l
             " rounds; a ratio is taken between measurements of the same round"
         )
     lines = [
-        f"# AsyncEnvPool speed ({'paired bursts, ' if args.paired else ''}scripts/env_pool_speed.py)",
+        f"# AsyncEnvPool speed ({'paired bursts, ' if args.paired else ''}benchmarks/scripts/env_pool_speed.py)",
         "",
         f"{N_ENVS} envs, random actions. {protocol}, and the tables give medians over rounds. Load average when the run"
         f" started: {load_at_start:.2f} (other jobs on the machine slow every engine: read the ratios, taken within a"
@@ -266,7 +267,7 @@ def report(rates: dict[str, dict[str, list[float]]], args: argparse.Namespace, l
     paired_flag = "--paired " if args.paired else ""
     lines += [
         "",
-        f"Command: `python scripts/env_pool_speed.py {paired_flag}--rounds {args.rounds} --seconds {args.seconds}`",
+        f"Command: `python benchmarks/scripts/env_pool_speed.py {paired_flag}--rounds {args.rounds} --seconds {args.seconds}`",
         "",
     ]
     return "\n".join(lines)

@@ -6,7 +6,7 @@ start-up is left out) for ``--seconds`` seconds. A2C uses the RL Zoo's atari set
 A3C runs the paper's layout (16 workers, one env each) and layouts with one worker per core and several envs per
 worker (the ``n_envs_per_worker`` fast path). Learning is not measured here: see the benchmark's ``atari`` suite.
 
-Usage: python scripts/pong_throughput.py [--seconds 45] [--layouts 16x1,2x1,2x4,2x8]
+Usage: python benchmarks/scripts/pong_throughput.py [--seconds 45] [--layouts 16x1,2x1,2x4,2x8]
 """
 
 from __future__ import annotations
