@@ -5,7 +5,7 @@ A 16-ary tree stored level by level (``sums[0]`` the root, ``sums[-1]`` the leav
 reads them all, and a 1M-leaf tree has 5 levels. Row sums and prefix sums over the 16 children are small matrix
 products (BLAS), which is what makes the wide tree fast in NumPy: reductions along a short last axis are slow.
 A batch descent and a batch update are a handful of NumPy calls per level, with no per-element Python loop and no
-``np.add.at`` (duplicate indices write the same recomputed value). See scripts/replay_speed.py for the timings.
+``np.add.at`` (duplicate indices write the same recomputed value). See benchmarks/scripts/replay_speed.py for the timings.
 
 The smallest positive leaf (for the largest importance-sampling weight) is kept exactly without a min tree: it only
 goes down when a smaller value is written, and is rescanned only when the leaf holding it changes (rare: the

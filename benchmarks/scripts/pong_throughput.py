@@ -1,0 +1,88 @@
+"""Training throughput on Pong: A3C's worker layouts against stock SB3 A2C, each run in a fresh process.
+
+Env steps per second (agent steps; 4 frames each with the AtariWrapper) while training with ``CnnPolicy`` on
+``VecFrameStack(make_atari_env("PongNoFrameskip-v4"), 4)``, timed from the first callback (workers running, so
+start-up is left out) for ``--seconds`` seconds. A2C uses the RL Zoo's atari settings (16 envs, RMSpropTFLike).
+A3C runs the paper's layout (16 workers, one env each) and layouts with one worker per core and several envs per
+worker (the ``n_envs_per_worker`` fast path). Learning is not measured here: see the benchmark's ``atari`` suite.
+
+Usage: python benchmarks/scripts/pong_throughput.py [--seconds 45] [--layouts 16x1,2x1,2x4,2x8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+from stable_baselines3.common.callbacks import BaseCallback
+
+ENV_ID = "PongNoFrameskip-v4"
+
+
+class Throughput(BaseCallback):
+    """Stops training ``seconds`` after the first callback; records the env steps done meanwhile."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.start: float | None = None
+        self.start_steps = 0
+
+    def _on_step(self) -> bool:
+        if self.start is None:
+            self.start, self.start_steps = time.perf_counter(), self.model.num_timesteps
+        return time.perf_counter() - self.start < self.seconds
+
+    def steps_per_second(self) -> float:
+        assert self.start is not None
+        return (self.model.num_timesteps - self.start_steps) / (time.perf_counter() - self.start)
+
+
+def one_run(layout: str, seconds: float) -> dict:
+    import ale_py
+    import gymnasium as gym
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    gym.register_envs(ale_py)
+    if layout == "a2c":
+        from stable_baselines3 import A2C
+        from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+
+        env = VecFrameStack(make_atari_env(ENV_ID, n_envs=16, seed=0), 4)
+        policy_kwargs = dict(optimizer_class=RMSpropTFLike, optimizer_kwargs=dict(eps=1e-5))
+        model = A2C("CnnPolicy", env, ent_coef=0.01, vf_coef=0.25, policy_kwargs=policy_kwargs, seed=0)
+    else:
+        from sb3_async import A3C
+
+        n_workers, per_worker = (int(part) for part in layout.split("x"))
+        env = VecFrameStack(make_atari_env(ENV_ID, n_envs=1, seed=0), 4)
+        model = A3C("CnnPolicy", env, n_workers=n_workers, n_envs_per_worker=per_worker, max_grad_norm=40.0, seed=0)
+    callback = Throughput(seconds)
+    model.learn(100_000_000, callback=callback)
+    return dict(layout=layout, steps_per_second=callback.steps_per_second())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=45.0)
+    parser.add_argument("--layouts", default="16x1,2x1,2x4,2x8", help="A3C layouts, n_workers x n_envs_per_worker")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one_run(args.one, args.seconds)))
+        return
+    rates = {}
+    for layout in ["a2c", *args.layouts.split(",")]:
+        command = [sys.executable, __file__, "--one", layout, "--seconds", str(args.seconds)]
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        rates[layout] = json.loads(out.strip().splitlines()[-1])["steps_per_second"]
+        name = "SB3 A2C, 16 envs" if layout == "a2c" else f"A3C, {layout.replace('x', ' workers x ')} envs"
+        print(f"{name}: {rates[layout]:,.0f} env steps/s ({rates[layout] / rates['a2c']:.2f}x A2C)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
