@@ -2,7 +2,7 @@
 
 Registers the sb3_async algorithms in the zoo (:func:`sb3_async.zoo.register`) and runs the zoo's own
 ``rl_zoo3.enjoy.enjoy()``; for our algorithms the log folder defaults to ``logs`` (where ``sb3_async.train`` saves)
-instead of the zoo's ``rl-trained-agents``. See ``docs/zoo.md``.
+instead of the zoo's ``rl-trained-agents``. See ``docs/guide/zoo.md``.
 """
 
 from __future__ import annotations

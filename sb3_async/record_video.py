@@ -3,7 +3,7 @@
 
 Registers the sb3_async algorithms in the zoo (:func:`sb3_async.zoo.register`) and runs the zoo's own
 ``rl_zoo3.record_video`` script; for our algorithms the log folder defaults to ``logs`` (where ``sb3_async.train``
-saves) instead of the zoo's ``rl-trained-agents``. The video goes to ``<run folder>/videos/``. See ``docs/zoo.md``.
+saves) instead of the zoo's ``rl-trained-agents``. The video goes to ``<run folder>/videos/``. See ``docs/guide/zoo.md``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Registers the sb3_async algorithms in the zoo (:func:`sb3_async.zoo.register`), reads ``zoo_configs/<algo>.yml``
 unless ``--conf-file`` is given, then runs the zoo's own ``rl_zoo3.train.train()``: every zoo flag works and models
-are saved in the zoo's folder layout (``<log folder>/<algo>/<env>_<run id>/``). See ``docs/zoo.md``.
+are saved in the zoo's folder layout (``<log folder>/<algo>/<env>_<run id>/``). See ``docs/guide/zoo.md``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ What the zoo builds and what the workers need differ in two ways, which :class:`
 ``normalize`` (``VecNormalize``) works as for SB3: the workers share its running statistics
 (:mod:`sb3_async.common.normalization`) and the zoo saves them as ``vecnormalize.pkl``; ``--vec-env subproc`` on
 the command line is replaced by ``dummy`` with a note (a ``SubprocVecEnv`` built through the Python API fails with a
-``ValueError``). See ``docs/zoo.md``.
+``ValueError``). See ``docs/guide/zoo.md``.
 """
 
 from __future__ import annotations

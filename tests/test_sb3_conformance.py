@@ -1,4 +1,4 @@
-"""What SB3 users call behaves as in SB3: each test here is a row of the audit table in docs/sb3_conformance.md."""
+"""What SB3 users call behaves as in SB3: each test here is a row of the audit table in docs/guide/sb3_compatibility.md."""
 
 import importlib.util
 import os

@@ -1,5 +1,5 @@
 """Env steps/s of AsyncEnvPool(...).as_vec_env(), Pendulum-v1, 4 envs, random actions: backend mp vs ray, paired bursts
-(docs/scaling.md, "AE-DDPG's envs on a cluster").
+(docs/guide/ray.md, "AE-DDPG's envs on a cluster").
 
     python benchmarks/scripts/env_pool_ray_speed.py ROUNDS SECONDS_PER_BURST
 """

@@ -1,4 +1,4 @@
-"""Statistics of RandomWalkActionNoise per bound mode and sigma: what chose its defaults (docs/replay.md).
+"""Statistics of RandomWalkActionNoise per bound mode and sigma: what chose its defaults (docs/guide/replay.md).
 
 For episodes of T steps (Pendulum 200, MountainCarContinuous 999), over many independent streams: the mean |y|
 (how far the walk moves the action), the share of steps within 1% of the bound (pinned), the lag-20

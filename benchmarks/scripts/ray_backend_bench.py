@@ -193,7 +193,7 @@ def run_cluster() -> dict[str, Any]:
 
 
 def run_replay(rounds: int = 20) -> dict[str, Any]:
-    """What one learner's replay can insert and replay (docs/scaling.md): a block of 50 transitions added with
+    """What one learner's replay can insert and replay (docs/guide/ray.md): a block of 50 transitions added with
     priorities, and a batch of 512 sampled with IS weights plus its priority update, for CartPole-sized vectors and
     Atari frames (uint8 4x84x84, 20k capacity). Process CPU time (a busy shared core does not inflate it), medians."""
     from gymnasium import spaces

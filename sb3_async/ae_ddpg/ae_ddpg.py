@@ -218,7 +218,7 @@ class AEDDPG(TD3):
         data generation and the speed of data utilization", §IV-B); more than 1 spends the wall clock that parallel
         collection saves on more updates per sample
     :param action_noise: ``"random_walk"`` (default): :class:`RandomWalkActionNoise` with one stream per env (§IV-C; its
-        sigma 0.05 and reflection at the bounds chosen by measurement, docs/replay.md); any SB3 ``ActionNoise``
+        sigma 0.05 and reflection at the bounds chosen by measurement, docs/guide/replay.md); any SB3 ``ActionNoise``
         (vectorised per env as SB3 does), or None
     :param replay_buffer_class: ``EpisodicDualReplayBuffer`` (default, §IV-B), ``ReplayBuffer`` or
         ``PrioritizedReplayBuffer`` (or subclasses). All envs write into one Memory (the paper's), so n-step returns and
@@ -230,7 +230,7 @@ class AEDDPG(TD3):
         ``on_error``, ``env_kwargs``)
     :param backend: where the pool built from an id, factory or env steps its envs: ``"mp"`` (default), worker
         processes on this machine; ``"ray"``, Ray actors anywhere in a Ray cluster (``pip install "sb3-async[ray]"``),
-        the learner and the actor-critic staying in this process (see the pool's ``backend`` and docs/scaling.md). A
+        the learner and the actor-critic staying in this process (see the pool's ``backend`` and docs/guide/ray.md). A
         given pool keeps its own
     :param backend_kwargs: options of the backend (``"ray"``: ``address``, ``init_kwargs``, ``num_cpus_per_worker``,
         ``start_timeout``; see :class:`AsyncEnvPool`)

@@ -12,6 +12,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -119,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as error:
         parser.error(str(error))
+    if not args.no_plots and importlib.util.find_spec("matplotlib") is None:  # fail now, not after hours of runs
+        parser.error("the plots need matplotlib: pip install 'sb3-async[benchmark]' (or pass --no-plots)")
     out = args.out if args.out is not None else Path("benchmarks") / "results" / suite.name
     command = ["python", "-m", "sb3_async.benchmark", *(sys.argv[1:] if argv is None else argv)]
     results = run_suite(

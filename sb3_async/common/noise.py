@@ -53,7 +53,7 @@ class RandomWalkActionNoise(VectorizedActionNoise):
 
     :param mean: mean added to the walk, shape ``(action_dim,)`` (SB3 convention: zeros)
     :param sigma: standard deviation of the shots ``x_t`` (scalar or ``(action_dim,)``), in SB3's scaled action space
-        ``[-1, 1]``. Default 0.05 chosen by measurement (docs/replay.md): the walk crosses half the action range in
+        ``[-1, 1]``. Default 0.05 chosen by measurement (docs/guide/replay.md): the walk crosses half the action range in
         about 100 steps, within one Pendulum episode, without sitting on the bounds; the paper gives no value.
     :param n_envs: number of parallel envs, one stream each
     :param bound: half-width of the interval the walk stays in; default 1.0, SB3's scaled action bound (the paper:

@@ -56,7 +56,7 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
     Memory; all from Memory while HMemory is empty. ``n_steps > 1`` gives SB3 2.9's n-step returns (as
     ``NStepReplayBuffer``) from either memory; an n-step look-ahead never leaves an episode.
 
-    Known failure mode: one lucky early episode sets ``R_max`` so high that HMemory stops receiving (docs/replay.md).
+    Known failure mode: one lucky early episode sets ``R_max`` so high that HMemory stops receiving (docs/guide/replay.md).
     ``hmemory_top_k > 1`` (off by default) lowers the bar to the k-th best return so far.
 
     :param buffer_size: capacity of Memory (transitions, over all envs); the paper uses 1e6

@@ -223,7 +223,7 @@ class RayRuntime(Runtime):
     :param workers_per_actor: workers per Ray actor (host); default: the workers spread evenly over the cluster's
         alive nodes, one host per node (Hogwild and shared memory then stay inside a machine)
     :param sync_interval: seconds between two merges of the ``synced`` entries with the driver's copy (0.1: the
-        round trip of a small network is ~1 ms here, so this costs little; see docs/scaling.md)
+        round trip of a small network is ~1 ms here, so this costs little; see docs/guide/ray.md)
     :param publish_interval: least seconds between two ``ray.put`` of a ``published`` entry larger than 64 KiB (0.2:
         Ape-X's learner publishes after every ~20 ms of batches, and each node would pull a CNN's 13 MB each time;
         actors refresh only every 400 env steps, so a fresher copy gains nothing); small entries (the inserted-block
