@@ -45,9 +45,10 @@ def check_nonnegative(name: str, value: Any) -> float:
     ``ValueError`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"Invalid {name}={value!r}: expected a finite number >= 0")
-    if not 0 <= value < math.inf:
+    number = float(value)
+    if not 0 <= number < math.inf:
         raise ValueError(f"Invalid {name}={value!r}: expected a finite number >= 0")
-    return float(value)
+    return number
 
 
 def check_backend(backend: Any, backend_kwargs: Any) -> None:

@@ -14,6 +14,9 @@ class ReplayStatsCallback(BaseCallback):
     :param verbose: verbosity level (SB3's convention)
     """
 
+    def __init__(self, verbose: int = 0):
+        super().__init__(verbose)
+
     def _on_step(self) -> bool:
         return True
 
