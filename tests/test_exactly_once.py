@@ -3,6 +3,7 @@ killed and restarted workers, on both backends; episodes counted by the envs aga
 transitions traced from the env that produced them to the replay."""
 
 import collections
+import contextlib
 import os
 import signal
 import sys
@@ -124,12 +125,27 @@ def backend(request):
     return request.param
 
 
-@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
-def test_pauses_short_and_long_deliver_each_message_once(backend):
+@contextlib.contextmanager
+def numbered_run(backend: str, **start_kwargs):
+    """Two numbered senders for the block to act on; after it, a stop, every message received, and the check that each
+    arrived exactly once."""
     runtime = _make_runtime(backend)
     try:
-        sent = _start(runtime)
+        sent = _start(runtime, **start_kwargs)
         received = Received(runtime)
+        yield runtime, received
+        runtime.request_stop()
+        received.until_finished()
+        received.assert_exactly_once(sent)
+    finally:
+        runtime.close()
+    if start_kwargs.get("kill_at") is not None:
+        assert int(sent[0]) > start_kwargs["kill_at"] + 1  # the restarted worker sent more
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_pauses_short_and_long_deliver_each_message_once(backend):
+    with numbered_run(backend) as (runtime, received):
         received.poll(0.5)
         for k in range(30):
             runtime.pause()
@@ -137,26 +153,13 @@ def test_pauses_short_and_long_deliver_each_message_once(backend):
                 time.sleep(0.5)
             runtime.resume()
             received.poll(0.03)
-        runtime.request_stop()
-        received.until_finished()
-        received.assert_exactly_once(sent)
-    finally:
-        runtime.close()
 
 
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 def test_stop_requested_during_a_pause_delivers_each_message_once(backend):
-    runtime = _make_runtime(backend)
-    try:
-        sent = _start(runtime, nap=0.01)  # slow to park: pause() waits, taking messages meanwhile
-        received = Received(runtime)
+    with numbered_run(backend, nap=0.01) as (runtime, received):  # slow to park: pause() waits, taking messages
         received.poll(0.5)
         runtime.pause()
-        runtime.request_stop()
-        received.until_finished()
-        received.assert_exactly_once(sent)
-    finally:
-        runtime.close()
 
 
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
@@ -164,21 +167,12 @@ def test_killed_and_restarted_worker_loses_nothing_it_sent(backend):
     """Worker 0 is killed right after its message 300: the error comes once every message it sent has arrived (none
     lost with its pipe), the other worker's messages held across the error arrive once, and the restarted worker's
     numbering goes on."""
-    runtime = _make_runtime(backend)
-    try:
-        sent = _start(runtime, kill_at=300)
-        received = Received(runtime)
+    with numbered_run(backend, kill_at=300) as (runtime, received):
         error = received.poll(30.0, allow_error=True)
         assert isinstance(error, WorkerError) and error.rank == 0 and "SIGKILL" in str(error)
         received.poll(0.2, allow_error=True)  # on Ray the same error may be reported by the next exchange
         runtime.restart(0)
         received.poll(1.0)
-        runtime.request_stop()
-        received.until_finished()
-        received.assert_exactly_once(sent)
-        assert int(sent[0]) > 301  # the restarted worker sent more
-    finally:
-        runtime.close()
 
 
 def _dies_at_once(ctx, payload):
