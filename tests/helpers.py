@@ -101,11 +101,11 @@ def live_children() -> list[int]:
     return [p.pid for p in multiprocessing.active_children() if p.name.startswith("sb3_async")]
 
 
-def zoo_model(algo: str, env_id: str, log_dir: str | Path, seed: int = 0, **hyperparams: Any) -> Any:
-    """The model of zoo_configs/<algo>.yml's ``env_id`` entry, built as ``python -m sb3_async.train`` builds it: the
-    RL Zoo's ``ExperimentManager`` reads the entry and :mod:`sb3_async.zoo` turns its ``n_envs`` into worker counts.
-    ``hyperparams`` override the entry's values (``n_actors``, ``n_envs_per_actor``...); the zoo's logs go to
-    ``log_dir``."""
+def zoo_build(
+    algo: str, env_id: str, log_dir: str | Path, hyperparams: dict[str, Any] | None = None, seed: int = 0, **kwargs: Any
+) -> Any:
+    """The model the zoo's train() would build, untrained: the RL Zoo's ``ExperimentManager`` with our registration and
+    ``zoo_configs/<algo>.yml`` (``config=`` overrides it); ``kwargs`` go to the manager."""
     from rl_zoo3.exp_manager import ExperimentManager
 
     from sb3_async import zoo
@@ -113,6 +113,7 @@ def zoo_model(algo: str, env_id: str, log_dir: str | Path, seed: int = 0, **hype
     zoo.register()
     entry = zoo.zoo_algorithm(algo)
     assert entry is not None, algo
+    kwargs.setdefault("config", str(entry.config_path))
     manager = ExperimentManager(
         argparse.Namespace(),
         algo,
@@ -120,15 +121,20 @@ def zoo_model(algo: str, env_id: str, log_dir: str | Path, seed: int = 0, **hype
         str(log_dir),
         n_timesteps=0,
         eval_freq=-1,
-        save_freq=-1,
-        hyperparams=hyperparams or None,
+        hyperparams=hyperparams,
         seed=seed,
-        verbose=0,
-        config=str(entry.config_path),
+        **kwargs,
     )
     result = manager.setup_experiment()
     assert result is not None
     return result[0]
+
+
+def zoo_model(algo: str, env_id: str, log_dir: str | Path, seed: int = 0, **hyperparams: Any) -> Any:
+    """The model of zoo_configs/<algo>.yml's ``env_id`` entry, built as ``python -m sb3_async.train`` builds it
+    (:mod:`sb3_async.zoo` turns the entry's ``n_envs`` into worker counts). ``hyperparams`` override the entry's
+    values (``n_actors``, ``n_envs_per_actor``...); the zoo's logs go to ``log_dir``."""
+    return zoo_build(algo, env_id, log_dir, hyperparams or None, seed=seed, save_freq=-1, verbose=0)
 
 
 class _StopAndKeepEvaluated(StopTrainingOnRewardThreshold):

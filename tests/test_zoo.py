@@ -3,7 +3,6 @@ into the zoo's folder layout, ``enjoy`` loads what it saved, ``-optimize`` runs 
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import os
 import pickle
@@ -17,11 +16,11 @@ import optuna
 import pytest
 import yaml
 from rl_zoo3 import hyperparams_opt
-from rl_zoo3.exp_manager import ExperimentManager
 from rl_zoo3.utils import ALGOS, SimpleLinearSchedule
 from stable_baselines3.common.vec_env import VecFrameStack
 
 from sb3_async import A3C, AsyncNStepQ, zoo
+from tests.helpers import zoo_build
 
 REPO = Path(__file__).resolve().parent.parent
 # n_envs, n_workers and n_envs_per_worker of the CLI runs: 2 workers on the 2 cores of CI
@@ -49,23 +48,7 @@ def registered() -> None:
 
 def build(algo: str, env_id: str, log_folder: Path, hyperparams: dict[str, Any] | None = None, **kwargs: Any) -> Any:
     """The model the zoo's train() would build (same ExperimentManager, our registration and config), untrained."""
-    entry = zoo.zoo_algorithm(algo)
-    assert entry is not None
-    kwargs.setdefault("config", str(entry.config_path))
-    manager = ExperimentManager(
-        argparse.Namespace(),
-        algo,
-        env_id,
-        str(log_folder),
-        n_timesteps=0,
-        eval_freq=-1,
-        hyperparams=hyperparams,
-        seed=0,
-        **kwargs,
-    )
-    result = manager.setup_experiment()
-    assert result is not None
-    return result[0]
+    return zoo_build(algo, env_id, log_folder, hyperparams, **kwargs)
 
 
 def run_cli(module: str, *args: str, cwd: Path) -> str:
