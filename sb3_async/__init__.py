@@ -19,11 +19,11 @@ if TYPE_CHECKING:
         PrioritizedReplayBufferSamples,
         ReplayStatsCallback,
     )
-    from sb3_async.common.env_pool import AsyncEnvPool
     from sb3_async.common.noise import RandomWalkActionNoise
     from sb3_async.common.optimizers import MomentumSGD, SharedRMSprop
     from sb3_async.common.policies import MnihCNN
     from sb3_async.common.runtime.processes import WorkerError
+    from sb3_async.env_pool import AsyncEnvPool
 
 with open(os.path.join(os.path.dirname(__file__), "version.txt")) as file_handler:
     __version__ = file_handler.read().strip()
@@ -37,7 +37,7 @@ _LAZY = {
     "AsyncNStepQ": "sb3_async.async_q",
     "AsyncOneStepQ": "sb3_async.async_q",
     "AsyncSarsa": "sb3_async.async_q",
-    "AsyncEnvPool": "sb3_async.common.env_pool",
+    "AsyncEnvPool": "sb3_async.env_pool",
     "EpisodicDualReplayBuffer": "sb3_async.common.buffers",
     "PrioritizedReplayBuffer": "sb3_async.common.buffers",
     "PrioritizedReplayBufferSamples": "sb3_async.common.buffers",

@@ -22,7 +22,7 @@ import torch
 from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewardThreshold
 from stable_baselines3.common.evaluation import evaluate_policy
 
-from sb3_async.common.env_pool import AsyncEnvPool, EnvError
+from sb3_async.env_pool import AsyncEnvPool, EnvError
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -27,7 +27,7 @@ from sb3_async import (
     WorkerError,
 )
 from sb3_async.ae_ddpg.ae_ddpg import EpisodeCaches, ddpg_targets, rho_for_n_envs, weighted_critic_loss
-from sb3_async.common.env_pool import EnvError
+from sb3_async.env_pool import EnvError
 
 # The learner with one torch thread, as the benchmark runs it: on 2 cores its intra-op threads would otherwise spin on
 # the env workers' core.
@@ -390,7 +390,7 @@ def test_a_vec_env_wrapper_is_refused_with_what_to_pass() -> None:
 def test_an_env_error_names_the_env_with_its_traceback_and_closes_the_pool() -> None:
     factories = [tagged(tag=0, length=50), tagged(tag=1, length=50, fail_at=7)]
     pool = AsyncEnvPool(factories, n_workers=2)
-    pids = [proc.pid for proc in pool._procs]
+    pids = pool.worker_pids()
     model = AEDDPG("MlpPolicy", pool, learning_starts=5, policy_kwargs=SMALL_NET)
     with pytest.raises(EnvError, match="Env 1") as error:
         model.learn(200)
@@ -401,12 +401,12 @@ def test_an_env_error_names_the_env_with_its_traceback_and_closes_the_pool() -> 
 
 def test_a_dead_env_process_is_reported() -> None:
     pool = AsyncEnvPool([tagged(tag=0, length=50, sleep=0.01), tagged(tag=1, length=50, sleep=0.01)], n_workers=2)
-    pids = [proc.pid for proc in pool._procs]
+    pids = pool.worker_pids()
 
     class Kill(BaseCallback):
         def _on_step(self) -> bool:
             if self.num_timesteps >= 20:
-                os.kill(pool._procs[1].pid, signal.SIGKILL)
+                os.kill(pool.worker_pids()[1], signal.SIGKILL)
             return True
 
     model = AEDDPG("MlpPolicy", pool, learning_starts=5, policy_kwargs=SMALL_NET)
@@ -479,7 +479,7 @@ def test_ctrl_c_during_learn_leaves_no_env_process() -> None:
             return True
 
     pool = AsyncEnvPool([tagged(tag=0, length=50), tagged(tag=1, length=50)], n_workers=1)
-    pids = [proc.pid for proc in pool._procs]
+    pids = pool.worker_pids()
     model = AEDDPG("MlpPolicy", pool, learning_starts=100, policy_kwargs=SMALL_NET)
     with pytest.raises(KeyboardInterrupt):
         model.learn(100, callback=Interrupt())

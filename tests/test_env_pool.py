@@ -20,8 +20,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFram
 
 import sb3_async
 from sb3_async import AsyncEnvPool, WorkerError
-from sb3_async.common.env_pool import EnvError
-from sb3_async.common.pool_vec_env import PoolVecEnv
+from sb3_async.env_pool import EnvError
+from sb3_async.env_pool.vec_env import PoolVecEnv
 from tests.helpers import FailingEnv, check_env_1_error_spares_the_others
 
 # The helpers below travel to the workers by value, so the workers never import this module (nor torch through it).
@@ -102,7 +102,7 @@ def test_import_exposes_every_name_and_the_pool_module_is_torch_free():
         """
         import sys
         import sb3_async
-        from sb3_async.common.env_pool import AsyncEnvPool
+        from sb3_async.env_pool import AsyncEnvPool
         print("torch" in sys.modules, sb3_async.__version__)
         """
     )
@@ -426,7 +426,7 @@ def test_a_killed_worker_is_reported_within_a_second():
     with AsyncEnvPool(lambda: SleepyEnv(gym.make("CartPole-v1"), 30.0), n_envs=2, n_workers=2) as pool:
         pool.reset(seed=0)
         pool.send({0: 0, 1: 0})
-        victim = pool._procs[1].pid
+        victim = pool.worker_pids()[1]
         os.kill(victim, signal.SIGKILL)
         start = time.monotonic()
         with pytest.raises(WorkerError, match="killed by SIGKILL") as info:
@@ -486,9 +486,11 @@ def test_bad_input_gives_clear_errors():
             pool.step({1: 2})
         with pytest.raises(ValueError, match="non-empty dict"):
             pool.step({})
-        with pytest.raises(ValueError, match="min_ready"):
+        with pytest.raises(ValueError, match=r"recv\(\) with no step in flight: send\(\) actions first"):
             pool.recv()
         pool.send({0: 1})
+        with pytest.raises(ValueError, match="Invalid min_ready=2: expected 1..1"):
+            pool.recv(min_ready=2)
         with pytest.raises(ValueError, match="Env 0 has a step not received"):
             pool.send({0: 1})
         venv = pool.as_vec_env()
@@ -503,14 +505,14 @@ def test_bad_input_gives_clear_errors():
 # ---------------------------------------------------------------------------------------------------- cleanup
 def test_close_and_garbage_collection_leave_no_process_and_no_named_memory():
     pool = AsyncEnvPool("CartPole-v1", n_envs=2, n_workers=2)
-    fd = pool._obs.fd
+    fd = pool.buffers.fd
     assert os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:")  # anonymous: never a name in /dev/shm
-    pids = [proc.pid for proc in pool._procs]
+    pids = pool.worker_pids()
     pool.close()
     pool.close()
     assert wait_gone(pids, 1.0)
     pool = AsyncEnvPool("CartPole-v1", n_envs=2, n_workers=2)
-    pids = [proc.pid for proc in pool._procs]
+    pids = pool.worker_pids()
     del pool
     gc.collect()
     assert wait_gone(pids, 5.0)
@@ -534,7 +536,7 @@ def test_parent_death_or_ctrl_c_leaves_no_process(how):
         if __name__ == "__main__":
             pool = AsyncEnvPool(lambda: Slow(gym.make("CartPole-v1")), n_envs=2, n_workers=2)
             pool.reset()
-            print(*[proc.pid for proc in pool._procs], flush=True)
+            print(*pool.worker_pids(), flush=True)
             pool.send({{0: 0, 1: 0}})
             if "{how}" == "SIGKILL":
                 os.kill(os.getpid(), signal.SIGKILL)

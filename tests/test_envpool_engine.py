@@ -5,8 +5,8 @@ import pytest
 from stable_baselines3 import PPO, TD3
 
 from sb3_async import AsyncEnvPool
-from sb3_async.common.env_pool import EnvError
-from sb3_async.common.env_worker import FINAL_INFO, FINAL_OBS
+from sb3_async.env_pool import EnvError
+from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
 
 pytest.importorskip("envpool", reason='engine="envpool" needs EnvPool (pip install "sb3-async[envpool]", Python <= 3.11)')
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from sb3_async import AEDDPG, AsyncEnvPool, WorkerError
-from sb3_async.common.runtime.ray_env import NAMESPACE, RAY_INSTALL_HINT
+from sb3_async.common.runtime.ray_connect import NAMESPACE, RAY_INSTALL_HINT
 from tests.conftest import two_node_cluster
 from tests.helpers import FailingEnv, check_env_1_error_spares_the_others
 
@@ -128,7 +128,7 @@ def test_hosts_run_on_both_nodes_and_give_the_transitions_of_mp(cluster):
     ray_env = AsyncEnvPool(factories, n_workers=2, backend="ray").as_vec_env()
     mp_env = AsyncEnvPool(factories, n_workers=2).as_vec_env()
     try:
-        assert len(set(ray_env.pool._hosts.node_ids())) == 2  # SPREAD: one host per node
+        assert len(set(ray_env.pool.workers.node_ids())) == 2  # SPREAD: one host per node
         assert not any(ray_env.env_method("torch_loaded"))  # the env hosts stay torch-free
         assert len(set(ray_env.env_method("pid"))) == 2 and os.getpid() not in ray_env.env_method("pid")
         ray_env.seed(3)
@@ -218,7 +218,7 @@ def test_a_killed_host_is_reported_naming_its_envs(cluster):
     try:
         pool.reset(seed=0)
         pool.send({0: 0, 1: 0, 2: 0, 3: 0})
-        ray.kill(pool._hosts._actors[1])
+        ray.kill(pool.workers.actor(1))
         with pytest.raises(WorkerError, match="envs 2..3") as info:
             pool.recv(min_ready=2)
         assert "RayActorError" in str(info.value) or "ActorDiedError" in str(info.value)
@@ -240,7 +240,7 @@ def test_restart_starts_a_killed_host_again(cluster, victim):
         pool.reset(seed=0)
         before, *_ = pool.step({0: 0, 1: 0})
         old_pid = pool.call("pid", ids=[victim])[0]
-        _kill(ray, pool._hosts._actors[victim])
+        _kill(ray, pool.workers.actor(victim))
         obs, _, terminations, truncations, infos = pool.step({0: 0, 1: 0})
         assert truncations[victim] and not terminations[victim] and "was lost" in infos[victim]["error"]
         np.testing.assert_array_equal(infos[victim]["final_obs"], before[victim])

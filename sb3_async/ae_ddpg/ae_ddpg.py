@@ -1,7 +1,7 @@
 """AE-DDPG (Zhang et al., "Asynchronous Episodic Deep Deterministic Policy Gradient", https://arxiv.org/abs/1903.00827).
 
 One actor-critic pair (SB3's ``TD3Policy`` with DDPG settings, trained by TD3's ``train()``) and many envs stepped
-asynchronously in an :class:`~sb3_async.common.env_pool.AsyncEnvPool` (§IV-A): the actor acts, in one batched forward
+asynchronously in an :class:`~sb3_async.env_pool.AsyncEnvPool` (§IV-A): the actor acts, in one batched forward
 pass, on whichever envs have finished their step, sends them their next actions, and the learner runs its gradient
 steps while those envs step. Each transition goes to the replay as it arrives; the episodic dual replay's per-env
 caches (Algorithm 1's ``B_i``) are kept here, since the envs' transitions arrive interleaved.
@@ -9,14 +9,10 @@ caches (Algorithm 1's ``B_i``) are kept here, since the envs' transitions arrive
 
 from __future__ import annotations
 
-import functools
-import io
-import pickle
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch as th
@@ -33,12 +29,13 @@ from stable_baselines3.td3.td3 import TD3
 
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
-from sb3_async.common.env_pool import AsyncEnvPool
-from sb3_async.common.env_worker import FINAL_INFO, FINAL_OBS
 from sb3_async.common.noise import RandomWalkActionNoise
-from sb3_async.common.pool_vec_env import PoolVecEnv
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.validation import check_backend
+from sb3_async.env_pool import AsyncEnvPool, EnvPoolBase
+from sb3_async.env_pool.core import load_pickled_env, pickled_env_factory
+from sb3_async.env_pool.vec_env import PoolVecEnv
+from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
 
 SelfAEDDPG = TypeVar("SelfAEDDPG", bound="AEDDPG")
 
@@ -122,18 +119,8 @@ class EpisodeCaches:
             self.returns[i] = 0.0
 
 
-def _load_pickled_env(blob: bytes) -> gym.Env:
-    return pickle.loads(blob)
-
-
-def _pickled_env_factory(env: gym.Env) -> Callable[[], gym.Env]:
-    """A factory of copies of ``env`` (each pool worker unpickles its own)."""
-    buffer = io.BytesIO()
-    try:
-        cloudpickle.CloudPickler(buffer).dump(env)
-    except Exception as error:
-        raise TypeError(f"Invalid env={env!r}: it cannot be copied to the env workers (pickling failed: {error!r})") from error
-    return functools.partial(_load_pickled_env, buffer.getvalue())
+#: Models saved by earlier versions rebuild their pickled env through this name.
+_load_pickled_env = load_pickled_env
 
 
 def make_pool_vec_env(
@@ -148,8 +135,8 @@ def make_pool_vec_env(
         ``backend``, ``backend_kwargs``)
     """
     source: Callable[[], gym.Env] | str | None
-    if isinstance(env, AsyncEnvPool):
-        env = env.as_vec_env()
+    if isinstance(env, EnvPoolBase):
+        env = PoolVecEnv(env)
     if isinstance(env, PoolVecEnv):
         given, source = env, None
     elif isinstance(env, VecEnv):
@@ -159,14 +146,14 @@ def make_pool_vec_env(
                 "DummyVecEnv (copied into the pool), an AsyncEnvPool (or its as_vec_env()), an env id or a factory; "
                 f"not a {type(env).__name__} (VecEnv wrappers such as VecNormalize are not supported)"
             )
-        factory = _pickled_env_factory(env.envs[0])
+        factory = pickled_env_factory(env.envs[0])
         given = AsyncEnvPool(factory, n_envs or env.num_envs, **pool_kwargs).as_vec_env()
         source = factory
     elif isinstance(env, str) or callable(env) and not isinstance(env, gym.Env):
         given = AsyncEnvPool(env, n_envs or PAPER_N_ENVS, **pool_kwargs).as_vec_env()
         source = env
     elif isinstance(env, gym.Env):
-        factory = _pickled_env_factory(env)
+        factory = pickled_env_factory(env)
         given = AsyncEnvPool(factory, n_envs or PAPER_N_ENVS, **pool_kwargs).as_vec_env()
         source = factory
     else:
@@ -185,7 +172,7 @@ class AEDDPG(TD3):
     (§IV-C, eq. 10). The update is DDPG's (eq. 1-4), run by SB3's TD3 ``train()`` with ``policy_delay=1``, no target
     policy smoothing and one critic, as SB3's DDPG.
 
-    Collection: the envs live in an :class:`~sb3_async.common.env_pool.AsyncEnvPool`. Each collection receives the envs
+    Collection: the envs live in an :class:`~sb3_async.env_pool.AsyncEnvPool`. Each collection receives the envs
     whose step is done (``recv(min_ready)``, oldest first), stores their transitions, acts on all of them in one
     batched forward pass and sends their actions; the gradient steps then run while those envs step. A slow env
     never holds the others back. Callbacks are called once per ``n_envs`` transitions collected (SB3's rhythm: the
@@ -305,7 +292,7 @@ class AEDDPG(TD3):
         if pool_kwargs and {"backend", "backend_kwargs"} & set(pool_kwargs):
             raise ValueError("Invalid pool_kwargs: pass backend and backend_kwargs to AEDDPG itself, not in pool_kwargs")
         if backend == "ray":  # say what to install now, not at the first learn()
-            from sb3_async.common.runtime.ray_env import import_ray
+            from sb3_async.common.runtime.ray_connect import import_ray
 
             import_ray()
         if replay_buffer_class is None:

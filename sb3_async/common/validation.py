@@ -2,7 +2,7 @@
 
 A value of the wrong type raises ``TypeError``, a value of the right type outside what is accepted raises
 ``ValueError``; either message names the argument, the value given and what is accepted. This module imports neither
-torch nor NumPy: the env pool (:mod:`sb3_async.common.env_pool`), which env worker processes import without torch, uses
+torch nor NumPy: the env pool (:mod:`sb3_async.env_pool`), which env worker processes import without torch, uses
 it too. NumPy's integers and floats pass as integers and numbers (they are registered as ``numbers.Integral`` and
 ``numbers.Real``); ``bool`` is refused wherever a number is expected.
 """

@@ -46,7 +46,7 @@ import torch
 from sb3_async.common.runtime.base import Runtime, WorkerSpec, restart_seed
 from sb3_async.common.runtime.mp import MultiprocessingRuntime
 from sb3_async.common.runtime.processes import WorkerError, main_module_importable
-from sb3_async.common.runtime.ray_env import (  # the connect / release rules, shared with the env pool's Ray hosts
+from sb3_async.common.runtime.ray_connect import (  # the connect / release rules, shared with the env pool's Ray hosts
     NAMESPACE,
     RAY_INSTALL_HINT,
     connect_ray,

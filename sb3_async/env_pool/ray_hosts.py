@@ -1,123 +1,37 @@
-"""Torch-free Ray pieces: the rules every use of Ray in sb3_async follows to connect and to leave, and the Ray hosts of
-:class:`~sb3_async.common.env_pool.AsyncEnvPool` (``backend="ray"``).
+"""The pool's Ray hosts (``backend="ray"``): each group of envs lives in one Ray actor, anywhere in a Ray cluster.
 
-Connecting (:func:`connect_ray`, shared with :class:`~sb3_async.common.runtime.ray_backend.RayRuntime`): a Ray already
-initialized in this process is used as it is and never shut down by us; else ``ray.init`` connects to ``address`` (or
-``RAY_ADDRESS``), or starts a local Ray; either way we called ``ray.init``, so :func:`release_ray` calls
-``ray.shutdown()`` (which stops a local Ray, and only disconnects from a cluster). Our actors are named in the
-``sb3_async`` namespace and owned by the driver: :func:`release_ray` kills them and waits until the cluster lists none
-(Ray also removes them if the driver dies).
-
-Env hosts: each group of the pool's envs (the ``np.array_split`` groups of the process workers) lives in one Ray actor,
-:class:`RayEnvHost`, which wraps the pool's own ``EnvWorker`` (same step / reset / call code, same autoreset and
-``on_error`` handling, same tracebacks) and answers each command as the process worker does, the observations of the
-envs it stepped added to the reply as NumPy arrays (no shared memory between machines). :class:`RayEnvHosts` is the
-driver's side: one remote call per command, answered in order per host (a Ray actor runs one caller's calls in
-order), ``ray.wait`` on the oldest call of each busy host, and the observations written into the pool's observation
-slots as each reply is read, so the pool's logic is the same for both engines. This module imports neither torch nor
-gymnasium (the env worker is imported inside the actor), so neither do the env hosts unless the envs do.
+:class:`RayEnvHost` wraps the pool's own :class:`~sb3_async.env_pool.worker.EnvWorker` (same step / reset / call code,
+same autoreset and ``on_error`` handling, same tracebacks) over buffers of its own, and answers each command as a worker
+process does, with the results of the envs it stepped (observations, rewards, flags) in the reply: no shared memory
+between machines. :class:`RayEnvHosts` is the driver's side, with the interface of
+:class:`~sb3_async.env_pool.processes.ProcessWorkers`: one remote call per command, answered in order per host (a Ray
+actor runs one caller's calls in order), ``ray.wait`` on the oldest call of each busy host, and each reply's results
+written into the pool's buffers as it is read, so the pool's logic is the same for both backends. This module imports
+neither torch nor gymnasium (the env worker is imported inside the actor).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
-import os
-import time
 import traceback
 import uuid
-import warnings
 from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from sb3_async.common.runtime.ray_connect import NAMESPACE, connect_ray, import_ray, release_ray, wait_ready
 from sb3_async.common.validation import check_nonnegative
 
 if TYPE_CHECKING:
-    from sb3_async.common.env_worker import SharedObs
+    from sb3_async.env_pool.buffers import SharedBuffers
 
-RAY_INSTALL_HINT = 'backend="ray" needs Ray: pip install "sb3-async[ray]"'
-NAMESPACE = "sb3_async"
-
-
-def import_ray() -> Any:
-    """The ``ray`` module, or an ``ImportError`` saying what to install."""
-    try:
-        import ray
-    except ImportError as error:
-        raise ImportError(RAY_INSTALL_HINT) from error
-    return ray
-
-
-def connect_ray(ray: Any, address: str | None, init_kwargs: dict[str, Any] | None, num_cpus: float) -> bool:
-    """Make sure this process is connected to Ray (the module docstring gives the rules).
-
-    :param ray: the ``ray`` module
-    :param address: the cluster to connect to; default ``RAY_ADDRESS``, else a local Ray
-    :param init_kwargs: more ``ray.init`` arguments (a local Ray gets ``num_cpus`` and no dashboard unless given here)
-    :param num_cpus: Ray CPUs the caller's actors ask for: a local Ray gets at least as many
-    :return: whether we called ``ray.init`` (then :func:`release_ray` calls ``ray.shutdown()``)
-    """
-    if ray.is_initialized():
-        return False  # the user's Ray: never shut down by us
-    address = address or os.environ.get("RAY_ADDRESS")
-    kwargs = dict(init_kwargs or {})
-    if address:
-        kwargs["address"] = address
-    else:
-        kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, math.ceil(num_cpus)))
-        kwargs.setdefault("include_dashboard", False)  # nothing listening that runs code (ShadowRay, DESIGN §5)
-    kwargs.setdefault("log_to_driver", True)
-    ray.init(**kwargs)
-    return True
-
-
-def our_actor_names(ray: Any, prefix: str) -> list[str]:
-    """Names of the actors of the ``sb3_async`` namespace starting with ``prefix`` that the cluster lists."""
-    return [
-        actor["name"]
-        for actor in ray.util.list_named_actors(all_namespaces=True)
-        if actor.get("namespace") == NAMESPACE and actor["name"].startswith(prefix)
-    ]
-
-
-def release_ray(ray: Any, actors: Sequence[Any], prefix: str, owns_ray: bool, timeout: float) -> None:
-    """Kill ``actors``, wait until the cluster lists no actor named ``prefix...`` (``ray.kill`` only asks: a user's
-    long-lived cluster must have none of ours once we return; bounded by ``timeout``, a lagging cluster gets a
-    warning), then shut down a Ray we initialized (``owns_ray``)."""
-    if ray.is_initialized():
-        for actor in actors:
-            with contextlib.suppress(Exception):
-                ray.kill(actor, no_restart=True)
-        deadline = time.monotonic() + timeout
-        left: list[str] = []
-        while time.monotonic() < deadline:
-            try:
-                left = our_actor_names(ray, prefix)
-            except Exception:  # the cluster went away: nothing of ours can be left in it
-                left = []
-            if not left:
-                break
-            time.sleep(0.05)
-        if left:
-            warnings.warn(f"Ray still lists actors of this run {timeout} s after they were killed: {left}", stacklevel=3)
-    if owns_ray:
-        ray.shutdown()
-
-
-def wait_ready(ray: Any, refs: list[Any], timeout: float | None) -> list[Any]:
-    """The refs among ``refs`` that have finished: wait up to ``timeout`` seconds (None: no limit) for the first, then
-    take every other one already finished."""
-    done, rest = ray.wait(refs, num_returns=1, timeout=timeout)
-    if done and rest:
-        done += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
-    return done
+__all__ = ["RayEnvHost", "RayEnvHosts"]
 
 
 class RayEnvHost:
-    """A Ray actor holding one group of an :class:`~sb3_async.common.env_pool.AsyncEnvPool`'s envs.
+    """A Ray actor holding one group of an :class:`~sb3_async.env_pool.AsyncEnvPool`'s envs.
 
     :param ids: the env ids of the group
     :param factories_blob: their factories, cloudpickled
@@ -126,7 +40,7 @@ class RayEnvHost:
     """
 
     def __init__(self, ids: list[int], factories_blob: bytes, autoreset: bool, on_error: str):
-        from sb3_async.common.env_worker import EnvWorker  # here, so that RayRuntime's import of this module stays light
+        from sb3_async.env_pool.worker import EnvWorker  # in the actor: the driver's import of this module stays light
 
         self._fatal: str | None = None
         try:
@@ -141,34 +55,50 @@ class RayEnvHost:
         return str(ray.get_runtime_context().get_node_id())
 
     def handle(self, command: str, data: Any) -> tuple[str, Any, Any]:
-        """Serve one command of the pool as the process worker does (``env_worker_main``).
+        """Serve one command of the pool as a worker process does.
 
-        :return: ``(kind, reply, observations)``; ``observations`` is ``(ids, arrays)`` of the envs a ``step`` or a
-            ``reset`` wrote (None otherwise); ``("fatal", traceback, None)`` if the host cannot serve
+        :return: ``(kind, reply, results)``; ``results`` holds what a ``step`` (ids, observations, rewards,
+            terminations, truncations) or a ``reset`` (ids, observations) wrote in the buffers; ``("fatal", traceback,
+            None)`` if the host cannot serve
         """
         if self._fatal is not None:
             return "fatal", self._fatal, None
         try:
             worker = self._worker
             if command == "spaces":
-                return "spaces", [(i, env.observation_space, env.action_space) for i, env in worker.envs.items()], None
-            if command == "obs":  # the driver's observation slots of this group: a (re)started host starts from them
-                from sb3_async.common.env_worker import SharedObs
+                return "spaces", worker.spaces, None
+            if command == "buffers":  # the driver's rows of this group: a (re)started host starts from them
+                from sb3_async.env_pool.buffers import SharedBuffers
 
                 n_envs, observations = data
-                worker.obs = SharedObs(worker.envs[worker.ids[0]].observation_space, n_envs)  # untouched pages cost nothing
-                worker.obs.write(worker.ids, observations)
-                return "obs", None, None
-            if command in ("step", "reset"):
-                results, errors = worker.step(data) if command == "step" else worker.reset(data)
-                ids = [result[0] for result in results]
-                assert worker.obs is not None
-                return command, (results, errors), (ids, worker.obs.read(ids)) if ids else None
+                env = worker.envs[worker.ids[0]]
+                worker.buffers = SharedBuffers(env.observation_space, env.action_space, n_envs)  # untouched pages: free
+                worker.buffers.obs.write(worker.ids, observations)
+                return "buffers", None, None
+            buffers = worker.buffers
+            assert buffers is not None
+            if command == "step":
+                ids, actions, restarts = data
+                ids = worker.ids if ids is None else ids
+                buffers.actions.write(ids, actions)
+                infos, errors = worker.step(ids, restarts)
+                done = [i for i in ids if i not in errors]
+                results = (
+                    done,
+                    buffers.obs.read(done),
+                    buffers.rewards[done],
+                    buffers.terminated[done],
+                    buffers.truncated[done],
+                )
+                return "step", (infos, errors), results if done else None
+            if command == "reset":
+                infos, errors = worker.reset(data)
+                done = list(infos)
+                return "reset", (infos, errors), (done, buffers.obs.read(done)) if done else None
             if command == "call":
                 return "call", worker.call(*data), None
             if command == "close":
-                for env in worker.envs.values():
-                    env.close()
+                worker.close()
                 return "closed", None, None
             raise ValueError(f"Unknown command {command!r}")
         except Exception:
@@ -177,11 +107,13 @@ class RayEnvHost:
 
 
 class RayEnvHosts:
-    """The driver's side of an :class:`~sb3_async.common.env_pool.AsyncEnvPool`'s Ray hosts (``backend="ray"``).
+    """The driver's side of an :class:`~sb3_async.env_pool.AsyncEnvPool`'s Ray hosts (``backend="ray"``).
 
     Holds no reference to the pool, so that the pool's finalizer can close it.
 
     :param n_hosts: number of hosts (the pool's ``n_workers``)
+    :param autoreset: the pool's ``autoreset``
+    :param on_error: the pool's ``on_error``
     :param address: the Ray cluster (default ``RAY_ADDRESS``, else a Ray initialized in this process, else a local Ray
         started for the pool and shut down at its close)
     :param init_kwargs: more arguments for ``ray.init`` when we call it
@@ -193,6 +125,8 @@ class RayEnvHosts:
     def __init__(
         self,
         n_hosts: int,
+        autoreset: bool,
+        on_error: str,
         address: str | None = None,
         init_kwargs: dict[str, Any] | None = None,
         num_cpus_per_worker: float = 1.0,
@@ -204,20 +138,22 @@ class RayEnvHosts:
             raise TypeError(f"Invalid init_kwargs={init_kwargs!r}: expected a dict or None")
         self.num_cpus_per_worker = check_nonnegative("num_cpus_per_worker", num_cpus_per_worker)
         self.start_timeout = check_nonnegative("start_timeout", start_timeout)
+        self.autoreset, self.on_error = autoreset, on_error
         self._ray = import_ray()
         self._prefix = f"sb3_async-env-pool-{uuid.uuid4().hex[:8]}-"
         self._actors: list[Any] = [None] * n_hosts
         self._names = [""] * n_hosts
+        self._host_ids: list[list[int]] = [[] for _ in range(n_hosts)]
         self._calls: list[deque[Any]] = [deque() for _ in range(n_hosts)]  # replies not read yet, oldest first
         self._starting = [False] * n_hosts
         self._generation = [0] * n_hosts
         self._actor_class: Any = None
-        self._obs: SharedObs | None = None
+        self._buffers: SharedBuffers | None = None
         self._closed = False
         self._owns_ray = connect_ray(self._ray, address, init_kwargs, n_hosts * self.num_cpus_per_worker)
 
-    def start(self, w: int, ids: list[int], factories_blob: bytes, autoreset: bool, on_error: str) -> None:
-        """Start host ``w``; its first reply is its envs' spaces (the process worker's handshake)."""
+    def start(self, w: int, ids: list[int], factories_blob: bytes) -> None:
+        """Start host ``w``; its first reply is its envs' spaces (a worker process's handshake)."""
         ray = self._ray
         if self._actor_class is None:
             self._actor_class = ray.remote(RayEnvHost)
@@ -229,14 +165,21 @@ class RayEnvHosts:
             num_cpus=self.num_cpus_per_worker,
             scheduling_strategy="SPREAD",
             max_restarts=0,  # restarts are the pool's (on_error="restart"): it knows which envs to report truncated
-        ).remote(ids, factories_blob, autoreset, on_error)
-        self._actors[w], self._names[w], self._starting[w] = actor, name, True
+        ).remote(ids, factories_blob, self.autoreset, self.on_error)
+        self._actors[w], self._names[w], self._starting[w], self._host_ids[w] = actor, name, True, ids
         self._calls[w] = deque([actor.handle.remote("spaces", None)])
 
-    def share(self, w: int, obs: SharedObs, ids: list[int]) -> None:
-        """Give host ``w`` the driver's observation slots of its envs (``ids``); replies are written into ``obs``."""
-        self._obs = obs
-        self._actors[w].handle.remote("obs", (obs.n_envs, obs.read(ids)))  # no reply: the host runs it before the next
+    def share(self, w: int, buffers: SharedBuffers, ids: list[int]) -> None:
+        """Give host ``w`` the driver's rows of its envs (``ids``); replies are written into ``buffers``."""
+        self._buffers = buffers
+        self._calls[w].append(self._actors[w].handle.remote("buffers", (buffers.n_envs, buffers.obs.read(ids))))
+        self.receive(w, None)
+
+    def step(self, w: int, ids: list[int] | None, restarts: dict[int, str] | None, buffers: SharedBuffers) -> None:
+        """Start a step of host ``w``'s envs ``ids`` (None: all of them) with their actions in ``buffers``."""
+        self._buffers = buffers
+        rows = ids if ids is not None else self._host_ids[w]
+        self._calls[w].append(self._actors[w].handle.remote("step", (ids, buffers.actions.read(rows), restarts)))
 
     def send(self, w: int, message: tuple[str, Any]) -> None:
         """Start ``message`` (a command and its data) on host ``w``; its reply is read by :meth:`receive`."""
@@ -251,7 +194,7 @@ class RayEnvHosts:
         ref = self._calls[w][0]
         starting = self._starting[w]
         try:
-            kind, data, observations = ray.get(ref, timeout=self.start_timeout if starting and timeout is None else timeout)
+            kind, data, results = ray.get(ref, timeout=self.start_timeout if starting and timeout is None else timeout)
         except ray.exceptions.GetTimeoutError:
             if starting and timeout is None:
                 raise TimeoutError(
@@ -268,9 +211,13 @@ class RayEnvHosts:
             return "fatal", str(error)
         self._calls[w].popleft()
         self._starting[w] = False
-        if observations is not None:
-            assert self._obs is not None
-            self._obs.write(*observations)
+        if results is not None:
+            buffers = self._buffers
+            assert buffers is not None
+            buffers.obs.write(results[0], results[1])
+            if kind == "step":
+                done = results[0]
+                buffers.rewards[done], buffers.terminated[done], buffers.truncated[done] = results[2:]
         return kind, data
 
     def ready(self, hosts: Sequence[int], timeout: float | None) -> list[int]:
@@ -278,6 +225,17 @@ class RayEnvHosts:
         ``timeout`` seconds (None: no limit) for the first."""
         by_ref = {self._calls[w][0]: w for w in hosts}
         return [by_ref[ref] for ref in wait_ready(self._ray, list(by_ref), timeout)]
+
+    def exitcode(self, w: int) -> int | None:
+        """None: a Ray host has no exit code the driver can see."""
+        return None
+
+    def pid(self, w: int) -> int | None:
+        return None
+
+    def actor(self, w: int) -> Any:
+        """Host ``w``'s Ray actor handle."""
+        return self._actors[w]
 
     def node_ids(self) -> list[str]:
         """The Ray node each host runs on."""
@@ -288,6 +246,10 @@ class RayEnvHosts:
         with contextlib.suppress(Exception):
             self._ray.kill(self._actors[w], no_restart=True)
         self._calls[w].clear()
+
+    def closer(self) -> tuple[Any, tuple[Any, ...]]:
+        """A function and its arguments that close the hosts (a finalizer's)."""
+        return RayEnvHosts.close, (self,)
 
     def close(self, timeout: float = 5.0) -> None:
         """Close the envs of the idle hosts (up to ``timeout`` seconds), kill every host, wait until the cluster lists

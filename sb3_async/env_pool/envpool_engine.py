@@ -1,10 +1,9 @@
-"""EnvPool (C++ envs stepped by EnvPool's own threads) as an engine of :class:`~sb3_async.common.env_pool.AsyncEnvPool`.
+"""EnvPool (C++ envs stepped by EnvPool's own threads) as an engine of :class:`~sb3_async.env_pool.AsyncEnvPool`.
 
 ``AsyncEnvPool("HalfCheetah-v5", 8, engine="envpool")`` serves every env from one ``envpool.make(...)`` pool held in
 the main process: :class:`EnvPoolGroup` answers the same ``step``/``reset``/``call`` commands as a worker's group of
 gymnasium envs, so ids, the PettingZoo and ``send``/``recv`` dialects, ``as_vec_env()`` and the autoreset semantics are
-the pool's own code. ``pip install "sb3-async[envpool]"`` (EnvPool 1.2.5, the newest with wheels for Python 3.11; none
-for 3.12 and later).
+the pool's own code. ``pip install "sb3-async[envpool]"`` (EnvPool 1.2.5 or later; 1.2.7 has wheels for Python 3.11 to 3.14).
 
 What differs from the gymnasium engine, by EnvPool's design (tested in ``tests/test_envpool_engine.py``):
 
@@ -37,7 +36,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from sb3_async.common.env_worker import FINAL_INFO, FINAL_OBS, Missing
+from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS, Missing
 
 #: Per-env info keys of EnvPool's that describe the batch, not the env.
 _BATCH_KEYS = ("env_id", "players")
@@ -48,8 +47,8 @@ def _import_envpool() -> Any:
         import envpool
     except ImportError as error:  # pragma: no cover - depends on the install
         raise ImportError(
-            'engine="envpool" needs EnvPool: pip install "sb3-async[envpool]" (EnvPool 1.2.5 has wheels for Python '
-            "3.11 and earlier only)"
+            'engine="envpool" needs EnvPool: pip install "sb3-async[envpool]" (EnvPool 1.2.7 has wheels for Python '
+            "3.11 to 3.14)"
         ) from error
     return envpool
 
@@ -89,7 +88,7 @@ class EnvPoolGroup:
         self.ids = list(range(n_envs))
         self._make = envpool.make
         self.env = self._build(_fresh_seeds(n_envs))
-        self.obs: Any = None  # the pool's SharedObs, set by the pool
+        self.buffers: Any = None  # the pool's SharedBuffers, set by the pool
         observation_space, action_space = self.env.observation_space, self.env.action_space
         self.spaces = [(i, observation_space, action_space) for i in self.ids]
         self._action_dtype = np.int64 if isinstance(action_space, spaces.Discrete) else action_space.dtype
@@ -118,10 +117,12 @@ class EnvPoolGroup:
         own = {key: value for key, value in info.items() if key not in _BATCH_KEYS}
         return [split(own, k) for k in range(count)]
 
-    def step(self, items: list[tuple[int, Any, str | None]]) -> tuple[list[tuple], dict[int, str]]:
-        ids = np.fromiter((i for i, _, _ in items), dtype=np.int32, count=len(items))
-        actions = np.asarray([action for _, action, _ in items], dtype=self._action_dtype)
-        obs, rewards, terminations, truncations, info = self.env.step(actions, ids)
+    def step(self, ids: list[int], restarts: dict[int, str] | None = None) -> tuple[dict[int, dict], dict[int, str]]:
+        """Step the envs ``ids`` with their actions in the buffers (EnvPool's threads step them in parallel)."""
+        buffers = self.buffers
+        index = np.asarray(ids, dtype=np.int32)
+        actions = np.asarray(buffers.actions.read(index), dtype=self._action_dtype)
+        obs, rewards, terminations, truncations, info = self.env.step(actions, index)
         order = info["env_id"]
         infos = self._infos(info, len(order))
         ended = np.flatnonzero(terminations | truncations)
@@ -135,13 +136,11 @@ class EnvPoolGroup:
                 r = position[int(order[k])]
                 infos[k] = {**reset_infos[r], FINAL_OBS: obs[k].copy(), FINAL_INFO: infos[k]}
                 obs[k] = reset_obs[r]
-        self.obs.write(order, obs)
-        results = [
-            (int(i), float(rewards[k]), bool(terminations[k]), bool(truncations[k]), infos[k]) for k, i in enumerate(order)
-        ]
-        return results, {}
+        buffers.obs.write(order, obs)
+        buffers.rewards[order], buffers.terminated[order], buffers.truncated[order] = rewards, terminations, truncations
+        return {int(i): infos[k] for k, i in enumerate(order) if infos[k]}, {}
 
-    def reset(self, items: list[tuple[int, int | None, dict[str, Any] | None]]) -> tuple[list[tuple], dict[int, str]]:
+    def reset(self, items: list[tuple[int, int | None, dict[str, Any] | None]]) -> tuple[dict[int, dict], dict[int, str]]:
         if any(options for _, _, options in items):
             raise ValueError("EnvPool's envs take no reset options (engine='envpool')")
         seeded = [seed is not None for _, seed, _ in items]
@@ -155,8 +154,8 @@ class EnvPoolGroup:
             self.env = self._build([int(seeds[i]) for i in self.ids])  # type: ignore[arg-type]
         obs, info = self.env.reset(np.asarray(ids, dtype=np.int32))
         order = info["env_id"]
-        self.obs.write(order, obs)
-        return list(zip(map(int, order), self._infos(info, len(order)))), {}
+        self.buffers.obs.write(order, obs)
+        return dict(zip(map(int, order), self._infos(info, len(order)))), {}
 
     def call(self, ids: list[int], what: str, name: str, args: tuple, kwargs: dict) -> tuple[list[Any], dict[int, str]]:
         if what == "get_attr" and name == "render_mode":  # no rendering: what SB3's VecEnv asks at its start

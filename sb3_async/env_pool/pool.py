@@ -1,0 +1,83 @@
+"""The async env pool: ``n_envs`` copies of a Gymnasium env stepped concurrently in worker processes.
+
+:class:`AsyncEnvPool` speaks three dialects over one engine:
+
+* PettingZoo's ``ParallelEnv``: each env copy is an agent (ids ``0 .. n_envs - 1``), ``reset`` and ``step`` take and
+  return dicts keyed by id;
+* EnvPool's asynchronous ``send(actions)`` / ``recv(min_ready=k)``: act on whichever envs are ready (AE-DDPG §IV-A:
+  "the actor acts on each simulator as soon as it is ready");
+* an SB3 ``VecEnv`` through :meth:`AsyncEnvPool.as_vec_env` (stock PPO, A2C, TD3, SAC and DQN accept it).
+
+The engine (:mod:`sb3_async.env_pool.core`): each worker process holds several envs when there are more envs than
+cores (per-message overhead is what makes SB3's ``SubprocVecEnv`` slow on cheap envs); observations, actions, rewards
+and end flags live in one anonymous shared mapping (:mod:`sb3_async.env_pool.buffers`: nothing is ever named in
+``/dev/shm``) and a step costs one byte each way on the worker's pipe (:mod:`sb3_async.env_pool.processes`). With
+``backend="ray"`` each group of envs lives in a Ray actor instead (:mod:`sb3_async.env_pool.ray_hosts`), with the same
+worker code and the same logic above the transport. This module and the engine do not import torch, so neither do the
+env workers; the views import their libraries when asked for.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sb3_async.env_pool.core import EnvPoolBase
+
+if TYPE_CHECKING:
+    from sb3_async.env_pool.vec_env import PoolVecEnv
+
+__all__ = ["AsyncEnvPool"]
+
+
+class AsyncEnvPool(EnvPoolBase):
+    """``n_envs`` copies of a Gymnasium env stepped concurrently, addressed by id (PettingZoo's ``ParallelEnv`` shape),
+    asynchronously (``send``/``recv``, EnvPool's shape) or as an SB3 ``VecEnv`` (:meth:`as_vec_env`).
+
+    Each env copy is an agent of id ``0 .. n_envs - 1``; the workers hold contiguous blocks of ids.
+
+    :param env: an env id (built with ``gymnasium.make(env, **env_kwargs)``; ids registered in this process only, in
+        a ``__main__`` module say, work too), an env (each env of the pool is a copy of it, made by pickling), a callable
+        returning an env, or a list of such callables (one per env)
+    :param n_envs: number of env copies (default: the length of ``env`` when it is a list, else 1, as SB3's
+        ``make_vec_env``)
+    :param env_kwargs: keyword arguments for ``gymnasium.make`` when ``env`` is an id
+    :param n_workers: number of worker processes (default: ``min(n_envs, os.cpu_count())``: several envs per process
+        when there are more envs than cores, since each message between processes costs about as much as a cheap env
+        step; ``n_workers=n_envs`` for envs that wait rather than compute; ``0`` steps every env in this process, the
+        fastest for envs cheaper than a message, as ``DummyVecEnv``, though ``send`` then blocks)
+    :param local_envs: how many envs this process steps itself while the workers step the others (default: every env
+        when ``n_workers=0``, else none). The last ``local_envs`` ids are stepped here, after the workers were sent
+        theirs, so both run at once and this process works where it would wait; ``send`` then blocks while the local
+        envs step. Whether that beats ``n_workers=0`` depends on the envs and the machine: on 2 cores, with 8 envs,
+        ``n_workers=1, local_envs=4`` was slower than ``n_workers=0`` on CartPole and HalfCheetah and within ±15 % of it
+        on Pong (docs/benchmarks.md, "AsyncEnvPool speed")
+    :param autoreset: ``True`` (default): same-step autoreset, an env that ends is reset in its worker and the step
+        returns the new episode's first observation, the last observation and info in ``infos[id]["final_obs"]`` and
+        ``infos[id]["final_info"]`` (no discarded action, no fake transition, as SB3's VecEnvs); ``False``:
+        PettingZoo's semantics, an env that ended leaves :attr:`agents` until :meth:`reset`
+    :param on_error: ``"raise"`` (default): an env that raises makes the next ``recv``/``step``/``reset`` raise
+        :class:`EnvError` naming it, with its traceback, the other envs unharmed; ``"restart"``: the env is rebuilt
+        (its process respawned if it died) and its episode reported truncated, the error in ``infos[id]["error"]``
+    :param start_method: ``"forkserver"`` (default, as SB3's ``SubprocVecEnv``), ``"spawn"`` or ``"fork"``
+    :param backend: ``"mp"`` (default): worker processes on this machine; ``"ray"``: each worker is a Ray actor (an
+        env host) placed anywhere in a Ray cluster (``pip install "sb3-async[ray]"``), ``n_workers`` of them (at least
+        1), spread over the nodes; observations travel in the replies instead of shared memory. A host that dies
+        (killed actor, lost node) is reported as a dead worker process is (or started again, ``on_error="restart"``)
+    :param backend_kwargs: ``backend="ray"``: ``address`` (default ``RAY_ADDRESS``, else a Ray initialized in this
+        process, else a local Ray started for the pool and shut down at :meth:`close`), ``init_kwargs`` (for
+        ``ray.init``), ``num_cpus_per_worker`` (Ray CPUs per host, 1) and ``start_timeout`` (seconds, 300)
+    :param engine: ``"gymnasium"`` (default): gymnasium envs, in the worker processes or this one; ``"envpool"``:
+        EnvPool's C++ envs (``env`` an EnvPool id, ``env_kwargs`` for ``envpool.make``), stepped by EnvPool's threads
+        in this process, with the pool's ids, dialects and autoreset semantics; ``send`` then blocks until the envs
+        sent have stepped. Its differences (ids, Atari defaults, seeding, no per-env Python objects) are listed in
+        :mod:`sb3_async.env_pool.envpool_engine` (``pip install "sb3-async[envpool]"``)
+    """
+
+    def as_vec_env(self) -> PoolVecEnv:
+        """This pool as an SB3 ``VecEnv`` (it needs ``autoreset=True``, SB3's semantics); closing it closes the pool."""
+        from sb3_async.env_pool.vec_env import PoolVecEnv
+
+        return PoolVecEnv(self)
+
+    def __enter__(self) -> AsyncEnvPool:
+        return self

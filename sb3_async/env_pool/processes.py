@@ -1,0 +1,167 @@
+"""The pool's worker processes (``backend="mp"``): one process per group of envs on this machine, started through
+:mod:`sb3_async.common.runtime.processes`, the shared buffers mapped in each.
+
+A step is one byte to the worker (:data:`~sb3_async.env_pool.worker.STEP`, with the ids when not every env of the
+group steps) and an empty reply unless an info is not empty; observations, actions, rewards and flags stay in the
+shared buffers. Waiting blocks on the pipes (no spinning): an idle pool costs no CPU, and a busy machine does not
+starve it (a spinning worker would take the learner's core).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Sequence
+from multiprocessing import reduction
+from multiprocessing.connection import wait
+from typing import Any
+
+from sb3_async.common.runtime.processes import process_context, start_process, stop_processes
+from sb3_async.env_pool.buffers import SharedBuffers
+from sb3_async.env_pool.worker import env_worker_main, step_message
+
+__all__ = ["ProcessWorkers"]
+
+
+def _close(procs: list[Any], conns: list[Any], busy: list[int], timeout: float) -> None:
+    """Stop the processes (idle ones politely, busy ones with SIGTERM, then SIGKILL) and close their pipes.
+
+    A function of its arguments only, so that a ``weakref.finalize`` of the pool can run it."""
+    for proc, conn, outstanding in zip(procs, conns, busy):
+        if proc is None or not proc.is_alive():
+            continue
+        if outstanding:  # mid-step: it would read "close" only after its step, however long that takes
+            proc.terminate()
+            continue
+        try:
+            conn.send(("close", None))
+        except (OSError, ValueError):
+            proc.terminate()
+    alive = [proc for proc in procs if proc is not None]
+    stop_processes(alive, timeout)
+    for proc in alive:
+        if not proc.is_alive():
+            proc.close()
+    for conn in conns:
+        if conn is not None:
+            conn.close()
+    procs[:] = [None] * len(procs)
+    conns[:] = [None] * len(conns)
+
+
+class ProcessWorkers:
+    """The driver's side of the pool's worker processes, addressed by index ``w``.
+
+    Holds no reference to the pool, so that the pool's finalizer can close it.
+
+    :param n_workers: number of worker processes
+    :param start_method: ``"forkserver"``, ``"spawn"`` or ``"fork"``
+    :param autoreset: the pool's ``autoreset``
+    :param on_error: the pool's ``on_error``
+    """
+
+    def __init__(self, n_workers: int, start_method: str, autoreset: bool, on_error: str):
+        self._ctx: Any = process_context(start_method)
+        self.autoreset, self.on_error = autoreset, on_error
+        self._procs: list[Any] = [None] * n_workers
+        self._conns: list[Any] = [None] * n_workers
+        self._busy = [0] * n_workers  # commands sent and not answered yet, per worker
+
+    def start(self, w: int, ids: list[int], factories_blob: bytes) -> None:
+        """Start worker ``w``; its first reply is its envs' spaces."""
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)  # duplex: a Unix socket, which can carry the fd
+        proc = start_process(
+            self._ctx,
+            env_worker_main,
+            f"sb3_async-env-pool-{w}",
+            (w, ids, factories_blob, child_conn, os.getpid(), self.autoreset, self.on_error),
+        )
+        child_conn.close()
+        self._procs[w], self._conns[w] = proc, parent_conn
+        self._busy[w] = 1  # the spaces
+
+    def share(self, w: int, buffers: SharedBuffers, ids: list[int]) -> None:
+        """Give worker ``w`` the shared buffers (their descriptor travels over its pipe)."""
+        reduction.send_handle(self._conns[w], buffers.fd, self._procs[w].pid)
+        self._conns[w].send(buffers.n_envs)
+
+    def step(self, w: int, ids: list[int] | None, restarts: dict[int, str] | None, buffers: SharedBuffers) -> None:
+        """Start a step of worker ``w``'s envs ``ids`` (None: all of them), their actions in the buffers.
+
+        :raises OSError: the worker's pipe is broken (it died)
+        """
+        if restarts:
+            self._conns[w].send(("step", (ids, restarts)))
+        else:
+            self._conns[w].send_bytes(step_message(ids))
+        self._busy[w] += 1
+
+    def send(self, w: int, message: tuple[str, Any]) -> None:
+        """Send a command (``reset``, ``call``); its reply is read by :meth:`receive`.
+
+        :raises OSError: the worker's pipe is broken (it died)
+        """
+        self._conns[w].send(message)
+        self._busy[w] += 1
+
+    def receive(self, w: int, timeout: float | None) -> tuple[str, Any]:
+        """Worker ``w``'s next reply: ``(kind, data)``, ``("fatal", traceback)`` if it raised, ``("died", None)`` if it
+        died (seen at once: its pipe ends).
+
+        :raises TimeoutError: no reply within ``timeout`` seconds
+        """
+        conn, proc = self._conns[w], self._procs[w]
+        ready = wait([conn, proc.sentinel], timeout=timeout)  # the sentinel: a dead worker's child may hold its pipe
+        if conn not in ready and not conn.poll():
+            if proc.sentinel in ready:
+                return "died", None
+            raise TimeoutError
+        try:
+            data = conn.recv_bytes()
+        except (EOFError, OSError):
+            return "died", None
+        self._busy[w] -= 1
+        if not data:  # a step with no infos to report
+            return "step", ({}, {})
+        kind, payload = pickle.loads(data)
+        return kind, payload
+
+    def ready(self, workers: Sequence[int], timeout: float | None) -> list[int]:
+        """The workers among ``workers`` with a reply to read (or dead), waiting up to ``timeout`` s for the first."""
+        conns = {self._conns[w]: w for w in workers}
+        sentinels = {self._procs[w].sentinel: w for w in workers}
+        ready = wait([*conns, *sentinels], timeout=timeout)
+        return sorted({conns[r] if r in conns else sentinels[r] for r in ready})
+
+    def exitcode(self, w: int) -> int | None:
+        """Worker ``w``'s exit code, after waiting up to a second for it to end."""
+        proc = self._procs[w]
+        if proc is None:
+            return None
+        proc.join(timeout=1.0)
+        return proc.exitcode
+
+    def pid(self, w: int) -> int | None:
+        proc = self._procs[w]
+        return None if proc is None else proc.pid
+
+    def kill(self, w: int) -> None:
+        """Drop worker ``w`` (dead already) before it is started again."""
+        proc, conn = self._procs[w], self._conns[w]
+        if proc is not None:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=1.0)
+            proc.close()
+        if conn is not None:
+            conn.close()
+        self._procs[w] = self._conns[w] = None
+        self._busy[w] = 0
+
+    def closer(self) -> tuple[Any, tuple[Any, ...]]:
+        """A function and its arguments that stop every worker, holding no reference to this object (a finalizer's)."""
+        return _close, (self._procs, self._conns, self._busy)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop every worker (idle ones politely, busy ones with SIGTERM, then SIGKILL). Safe to call twice."""
+        _close(self._procs, self._conns, self._busy, timeout)

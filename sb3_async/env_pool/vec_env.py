@@ -1,0 +1,172 @@
+"""An env pool as an SB3 ``VecEnv`` (what :meth:`AsyncEnvPool.as_vec_env <sb3_async.env_pool.AsyncEnvPool.as_vec_env>`
+returns).
+
+Kept apart from the pool because it imports stable_baselines3 (and so torch), which the env workers must not.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
+
+from sb3_async.env_pool.core import EnvError, EnvPoolBase
+from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
+
+__all__ = ["PoolVecEnv"]
+
+
+class PoolVecEnv(VecEnv):
+    """SB3's ``VecEnv`` over an env pool with same-step autoreset: the transitions ``DummyVecEnv`` gives for the same
+    env factories and seeds (``terminal_observation`` and ``TimeLimit.truncated`` in the infos, the reset infos in
+    ``reset_infos``), stepped by the pool's workers.
+
+    Also usable as SB3's ``vec_env_cls``: ``make_vec_env("CartPole-v1", n_envs=8, vec_env_cls=PoolVecEnv)``.
+
+    :param pool: the pool (``autoreset=True``), or env factories to build one from; closing this VecEnv closes it
+    :param pool_kwargs: for the pool when ``pool`` is a list of factories (as ``vec_env_kwargs``; see
+        :class:`~sb3_async.env_pool.AsyncEnvPool`)
+    """
+
+    def __init__(self, pool: EnvPoolBase | list[Callable[[], gym.Env]], **pool_kwargs: Any):
+        if isinstance(pool, list):
+            pool = EnvPoolBase(pool, **pool_kwargs)
+        elif pool_kwargs:
+            raise ValueError(f"pool_kwargs {sorted(pool_kwargs)} apply to a list of env factories, not to a built pool")
+        if not isinstance(pool, EnvPoolBase):
+            raise TypeError(f"pool must be an AsyncEnvPool or a list of env factories, got {type(pool).__name__}")
+        if not pool.autoreset:
+            raise ValueError("as_vec_env() needs an AsyncEnvPool with autoreset=True (SB3's VecEnv semantics)")
+        self.pool = pool
+        super().__init__(pool.n_envs, pool.observation_space(0), pool.action_space(0))
+        self._all_ids = list(range(self.num_envs))
+
+    def _check_actions(self, actions: Any) -> Any:
+        """The batch of actions, checked against the action space (one vectorised test for Box and Discrete)."""
+        space, n = self.action_space, self.num_envs
+        if isinstance(space, (spaces.Box, spaces.Discrete)):
+            array = np.asarray(actions)
+            # dtype.kind, not np.issubdtype: this runs at every step and issubdtype costs more than a small env's step
+            if isinstance(space, spaces.Box):
+                if array.shape != (n, *space.shape) or array.dtype.kind not in "biuf":
+                    raise ValueError(
+                        f"Invalid actions of shape {array.shape}: expected {(n, *space.shape)} numbers for {space}"
+                    )
+                array = array.astype(space.dtype, copy=False)
+                inside = bool(np.all(array >= space.low) and np.all(array <= space.high))
+            else:
+                array = array.reshape(n) if array.size == n else array
+                inside = (
+                    array.shape == (n,)
+                    and array.dtype.kind in "iu"
+                    and bool(np.all((array >= space.start) & (array < space.start + space.n)))
+                )
+            if inside:
+                return array
+        elif len(actions) == n and all(space.contains(action) for action in actions):
+            if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary)):
+                return np.asarray(actions)
+            return _batched(space, actions)
+        if len(actions) != n:
+            raise ValueError(f"Invalid actions: {len(actions)} given, expected one per env ({n})")
+        for i in range(n):  # name the first bad one
+            self.pool.check_action(i, actions[i])
+        raise ValueError(f"Invalid actions {actions!r}: expected {n} actions in {space}")
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self.pool.send_all(self._check_actions(actions))
+
+    def step_wait(self) -> VecEnvStepReturn:
+        pool = self.pool
+        pool.check_open()
+        if not pool.n_in_flight:
+            raise RuntimeError("step_wait() without step_async(): no step was sent")
+        try:
+            # Sent together, so received ordered by id (the pool returns results oldest send first, then by id)
+            results = pool.collect(self._all_ids, None, self.num_envs, only=True)
+        except EnvError:  # the step failed as a whole: the other envs' results go too, the next step_async may follow
+            pool.discard(self._all_ids)
+            raise
+        buffers = pool.buffers
+        obs = buffers.obs.read(slice(None))
+        rewards = buffers.rewards.astype(np.float32)
+        terminated, truncated = buffers.terminated.copy(), buffers.truncated.copy()
+        dones = terminated | truncated
+        infos: list[dict[str, Any]] = []
+        for i, info in results:
+            if FINAL_OBS in info:  # the episode ended: the step's info is the final one, the rest is the reset's
+                step_info = dict(info[FINAL_INFO])
+                step_info["terminal_observation"] = info[FINAL_OBS]
+                reset_info = {key: value for key, value in info.items() if key not in (FINAL_OBS, FINAL_INFO, "error")}
+                if "error" in info:
+                    step_info["error"] = info["error"]
+                self.reset_infos[i] = reset_info
+            else:
+                step_info = info  # a fresh dict per step (the pool's)
+            step_info["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+            infos.append(step_info)
+        return obs, rewards, dones, infos
+
+    def reset(self) -> VecEnvObs:
+        seeds = self._seeds if any(seed is not None for seed in self._seeds) else None
+        options = [options or None for options in self._options]
+        infos = self.pool.reset_envs(seed=seeds, options=options)
+        self.reset_infos = [infos[i] for i in self._all_ids]
+        self._reset_seeds()
+        self._reset_options()
+        return self.pool.buffers.obs.read(slice(None))
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        if self.render_mode != "rgb_array":
+            warnings.warn(f"The render mode is {self.render_mode}, but get_images() needs it to be `rgb_array`.", stacklevel=2)
+            return [None for _ in self._all_ids]
+        return self.pool.render()
+
+    def _ids(self, indices: VecEnvIndices) -> list[int]:
+        """SB3's ``indices`` (None, an int or ints, negative ones counted from the end, as a list of envs indexes) as
+        env ids; ``IndexError`` out of range, as ``DummyVecEnv``."""
+        n = self.num_envs
+        ids = []
+        for i in self._get_indices(indices):
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+                raise TypeError(f"Invalid env index {i!r}: expected an int")
+            if not -n <= i < n:
+                raise IndexError(f"Env index {i} out of range for {n} envs")
+            ids.append(int(i) % n)
+        return ids
+
+    def has_attr(self, attr_name: str) -> bool:
+        return self.pool.has_attr(attr_name)
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        return self.pool.get_attr(attr_name, self._ids(indices))
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        self.pool.set_attr(attr_name, value, self._ids(indices))
+
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
+    ) -> list[Any]:
+        return self.pool.call(method_name, *method_args, ids=self._ids(indices), **method_kwargs)
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
+        return self.pool.env_is_wrapped(wrapper_class, self._ids(indices))
+
+
+def _batched(space: spaces.Space, actions: Sequence[Any]) -> Any:
+    """A list of Dict or Tuple actions as the pool's buffers batch them (one array per key or index)."""
+    if isinstance(space, spaces.Dict):
+        return {key: np.asarray([action[key] for action in actions]) for key in space.spaces}
+    if isinstance(space, spaces.Tuple):
+        return {k: np.asarray([action[k] for action in actions]) for k in range(len(space.spaces))}
+    raise TypeError(
+        f"AsyncEnvPool's VecEnv supports Box, Discrete, MultiDiscrete, MultiBinary, Dict and Tuple actions: {space}"
+    )

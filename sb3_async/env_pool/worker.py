@@ -1,0 +1,256 @@
+"""Where the envs live: a group of envs and the commands it serves, and the entry point of an env worker process.
+
+- :class:`EnvWorker`: a group of envs stepped with the actions in the pool's :class:`~sb3_async.env_pool.buffers.
+  SharedBuffers`, their results written back there, with the same-step autoreset (:data:`FINAL_OBS`,
+  :data:`FINAL_INFO`) and the ``on_error`` handling. The same class serves the envs the pool keeps in its own process,
+  its worker processes and its Ray hosts.
+- :func:`env_worker_main`: the entry point of an env worker process. A step costs one byte each way on its pipe (the
+  infos that are not empty travel with the reply); rare commands (``reset``, ``call``, ``close``) are pickled.
+
+This module does not import torch, so neither do the env workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import signal
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing import reduction
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+
+from sb3_async.common.runtime.processes import report_and_exit, watch_parent
+from sb3_async.env_pool.buffers import SharedBuffers
+
+__all__ = ["FINAL_INFO", "FINAL_OBS", "STEP", "EnvFactory", "EnvWorker", "Missing", "env_worker_main", "step_message"]
+
+EnvFactory = Callable[[], gym.Env]
+#: Keys the same-step autoreset adds to an ended env's info (gymnasium 1.x's names for its same-step vector mode).
+FINAL_OBS, FINAL_INFO = "final_obs", "final_info"
+#: First byte of a step command to a worker process (a pickle starts with b"\x80", so it cannot be one).
+STEP = b"S"
+
+
+def step_message(ids: Sequence[int] | None) -> bytes:
+    """The step command for a worker process: step every env it holds (``ids`` None) or those in ``ids``."""
+    return STEP if ids is None else STEP + np.asarray(ids, dtype=np.int32).tobytes()
+
+
+@dataclass
+class Missing:
+    """A ``get_attr`` of an attribute the env does not have (raised as ``AttributeError`` in the main process)."""
+
+    message: str
+
+
+def _is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, wrapper_class):
+            return True
+        env = env.env
+    return False
+
+
+class EnvWorker:
+    """A group of envs and the commands it serves.
+
+    :param ids: the pool's ids of the envs
+    :param factories: one factory per env
+    :param autoreset: the pool's ``autoreset``
+    :param on_error: the pool's ``on_error``
+    """
+
+    def __init__(self, ids: list[int], factories: list[EnvFactory], autoreset: bool, on_error: str):
+        self.ids, self.factories = ids, dict(zip(ids, factories))
+        self.autoreset, self.on_error = autoreset, on_error
+        self.envs = {i: factories[k]() for k, i in enumerate(ids)}
+        self.buffers: SharedBuffers | None = None
+
+    @property
+    def spaces(self) -> list[tuple[int, gym.Space, gym.Space]]:
+        return [(i, env.observation_space, env.action_space) for i, env in self.envs.items()]
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            env.close()
+
+    def rebuild(self, i: int) -> None:
+        with contextlib.suppress(Exception):  # the env is broken already: its replacement matters, not its close()
+            self.envs[i].close()
+        self.envs[i] = self.factories[i]()
+
+    def restarted(self, i: int, error: str) -> dict[str, Any]:
+        """Write the step result of env ``i``, rebuilt after ``error``: its episode ends truncated; returns its info."""
+        assert self.buffers is not None
+        buffers = self.buffers
+        buffers.rewards[i], buffers.terminated[i], buffers.truncated[i] = 0.0, False, True
+        if not self.autoreset:
+            return {"error": error}
+        final_obs = buffers.obs.item(i)  # the slot still holds the last observation the env gave
+        obs, reset_info = self.envs[i].reset()
+        buffers.obs.write(i, obs)
+        return {**reset_info, FINAL_OBS: final_obs, FINAL_INFO: {}, "error": error}
+
+    def step(self, ids: Sequence[int], restarts: dict[int, str] | None = None) -> tuple[dict[int, dict], dict[int, str]]:
+        """Step the envs ``ids`` with their actions in the buffers and write their results there.
+
+        :param restarts: envs rebuilt with a respawned worker, and why: their step reports the truncation instead
+        :return: ``(infos, errors)``: the infos that are not empty, and the traceback of each env that raised (its
+            slots untouched)
+        """
+        assert self.buffers is not None
+        buffers, envs, autoreset = self.buffers, self.envs, self.autoreset
+        actions, obs, rewards, terminated, truncated = (
+            buffers.actions,
+            buffers.obs,
+            buffers.rewards,
+            buffers.terminated,
+            buffers.truncated,
+        )
+        infos: dict[int, dict] = {}
+        errors: dict[int, str] = {}
+        for i in ids:
+            if restarts and i in restarts:
+                infos[i] = self.restarted(i, restarts[i])
+                continue
+            try:
+                env = envs[i]
+                observation, reward, ended, cut, info = env.step(actions.item(i))
+                if autoreset and (ended or cut):
+                    final_obs, final_info = observation, info
+                    observation, info = env.reset()
+                    info = {**info, FINAL_OBS: final_obs, FINAL_INFO: final_info}
+                obs.write(i, observation)
+                rewards[i], terminated[i], truncated[i] = float(reward), bool(ended), bool(cut)
+                if info:
+                    infos[i] = info
+            except Exception:
+                error = traceback.format_exc()
+                if self.on_error == "raise":
+                    errors[i] = error
+                    continue
+                try:
+                    self.rebuild(i)
+                    infos[i] = self.restarted(i, error)
+                except Exception:
+                    errors[i] = f"{error}\nRebuilding the env then failed:\n{traceback.format_exc()}"
+        return infos, errors
+
+    def reset(self, items: list[tuple[int, int | None, dict[str, Any] | None]]) -> tuple[dict[int, dict], dict[int, str]]:
+        """Reset env ``i`` with ``seed`` and ``options`` for each ``(i, seed, options)``; observations into the buffers.
+
+        :return: ``(infos, errors)``: the reset info of each env reset, the traceback of each that raised
+        """
+        assert self.buffers is not None
+        infos: dict[int, dict] = {}
+        errors: dict[int, str] = {}
+        for i, seed, options in items:
+            for attempt in range(2 if self.on_error == "restart" else 1):
+                try:
+                    obs, info = self.envs[i].reset(seed=seed, options=options)
+                    self.buffers.obs.write(i, obs)
+                    infos[i] = info
+                    errors.pop(i, None)
+                    break
+                except Exception:
+                    errors[i] = traceback.format_exc()
+                    if attempt == 0 and self.on_error == "restart":
+                        try:
+                            self.rebuild(i)
+                        except Exception:
+                            errors[i] += f"\nRebuilding the env then failed:\n{traceback.format_exc()}"
+                            break
+        return infos, errors
+
+    def call(self, ids: list[int], what: str, name: str, args: tuple, kwargs: dict) -> tuple[list[Any], dict[int, str]]:
+        """``get_attr``, ``has_attr``, ``set_attr``, ``is_wrapped``, ``render`` or a method ``call`` on each env ``ids``.
+
+        :return: ``(values, errors)``: one value per env that answered, the traceback of each that raised
+        """
+        values, errors = [], {}
+        for i in ids:
+            env = self.envs[i]
+            try:
+                if what == "get_attr":
+                    values.append(env.get_wrapper_attr(name))
+                elif what == "has_attr":
+                    try:
+                        env.get_wrapper_attr(name)
+                        values.append(True)
+                    except AttributeError:
+                        values.append(False)
+                elif what == "set_attr":
+                    env.set_wrapper_attr(name, args[0])
+                    values.append(None)
+                elif what == "is_wrapped":
+                    values.append(_is_wrapped(env, args[0]))
+                elif what == "render":
+                    values.append(env.render())
+                else:
+                    values.append(env.get_wrapper_attr(name)(*args, **kwargs))
+            except AttributeError as error:
+                if what == "get_attr":  # the parent raises AttributeError, as VecEnv callers expect
+                    values.append(Missing(str(error)))
+                else:
+                    errors[i] = traceback.format_exc()
+            except Exception:
+                errors[i] = traceback.format_exc()
+        return values, errors
+
+
+def _serve(worker: EnvWorker, conn: Connection) -> None:
+    """Answer the pool's commands until it says ``close``."""
+    receive, reply = conn.recv_bytes, conn.send_bytes
+    every_id = worker.ids
+    while True:
+        message = receive()
+        if message[:1] == STEP:
+            ids = every_id if len(message) == 1 else np.frombuffer(message, dtype=np.int32, offset=1).tolist()
+            infos, errors = worker.step(ids)
+            reply(pickle.dumps(("step", (infos, errors)), pickle.HIGHEST_PROTOCOL) if infos or errors else b"")
+            continue
+        command, data = pickle.loads(message)
+        if command == "step":  # with envs to report restarted
+            ids, restarts = data
+            conn.send(("step", worker.step(every_id if ids is None else ids, restarts)))
+        elif command == "reset":
+            conn.send(("reset", worker.reset(data)))
+        elif command == "call":
+            conn.send(("call", worker.call(*data)))
+        elif command == "close":
+            worker.close()
+            conn.send(("closed", None))
+            return
+
+
+def env_worker_main(
+    index: int,
+    ids: list[int],
+    factories_blob: bytes,
+    conn: Connection,
+    parent_pid: int,
+    autoreset: bool,
+    on_error: str,
+) -> None:
+    """Entry point of an env worker process: build the envs, report their spaces, map the shared buffers, serve."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle; it closes the pool
+    watch_parent(parent_pid)
+    try:
+        worker = EnvWorker(ids, cloudpickle.loads(factories_blob), autoreset, on_error)
+        conn.send(("spaces", worker.spaces))
+        fd = reduction.recv_handle(conn)
+        env = worker.envs[ids[0]]
+        worker.buffers = SharedBuffers(env.observation_space, env.action_space, conn.recv(), fd)
+        _serve(worker, conn)
+    except (EOFError, OSError, KeyboardInterrupt):
+        pass  # the main process is gone or closed the pipe: nothing to report to
+    except BaseException:
+        report_and_exit(conn, "fatal")
+    conn.close()
