@@ -226,6 +226,7 @@ class EnvPoolBase:
             self._worker_ids.append(list(range(self.n_envs - self.local_envs, self.n_envs)))
         self._local_group = self.n_workers if self.local_envs else None
         self._worker_of = [w for w, ids in enumerate(self._worker_ids) for _ in ids]  # env id -> group
+        self._every_group = dict(enumerate(self._worker_ids))
         self._local: Any = None  # an EnvWorker or an EnvPoolGroup
         self._buffers_list: list[SharedBuffers] = []
         self._dead: dict[int, WorkerError] = {}
@@ -545,10 +546,13 @@ class EnvPoolBase:
     def start_step(self, ids: list[int]) -> None:
         """Start a step of the envs ``ids`` (checked, none in flight), their actions already in :attr:`buffers`: one
         message per worker, then the envs of this process step while the workers step theirs."""
-        by_worker: dict[int, list[int]] = {}
-        worker_of = self._worker_of
-        for i in ids:
-            by_worker.setdefault(worker_of[i], []).append(i)
+        if ids is self.possible_agents:  # every env (a VecEnv's step): the groups as they are
+            by_worker = self._every_group
+        else:
+            by_worker = {}
+            worker_of = self._worker_of
+            for i in ids:
+                by_worker.setdefault(worker_of[i], []).append(i)
         for w in by_worker.keys() & self._dead.keys():
             raise self._dead[w]
         self._seq += 1

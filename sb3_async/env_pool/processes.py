@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 from collections.abc import Sequence
 from multiprocessing import reduction
 from multiprocessing.connection import wait
@@ -66,6 +67,8 @@ class ProcessWorkers:
         self._procs: list[Any] = [None] * n_workers
         self._conns: list[Any] = [None] * n_workers
         self._busy = [0] * n_workers  # commands sent and not answered yet, per worker
+        # Per worker, a poll of its pipe and its process sentinel (a dead worker's child may hold its pipe open)
+        self._polls: list[Any] = [None] * n_workers
 
     def start(self, w: int, ids: list[int], factories_blob: bytes) -> None:
         """Start worker ``w``; its first reply is its envs' spaces."""
@@ -79,6 +82,9 @@ class ProcessWorkers:
         child_conn.close()
         self._procs[w], self._conns[w] = proc, parent_conn
         self._busy[w] = 1  # the spaces
+        self._polls[w] = poll = select.poll()
+        poll.register(parent_conn.fileno(), select.POLLIN)
+        poll.register(proc.sentinel, select.POLLIN)
 
     def share(self, w: int, buffers: SharedBuffers, ids: list[int]) -> None:
         """Give worker ``w`` the shared buffers (their descriptor travels over its pipe)."""
@@ -110,10 +116,10 @@ class ProcessWorkers:
 
         :raises TimeoutError: no reply within ``timeout`` seconds
         """
-        conn, proc = self._conns[w], self._procs[w]
-        ready = wait([conn, proc.sentinel], timeout=timeout)  # the sentinel: a dead worker's child may hold its pipe
-        if conn not in ready and not conn.poll():
-            if proc.sentinel in ready:
+        conn = self._conns[w]
+        events = self._polls[w].poll(None if timeout is None else max(0, int(timeout * 1000)))
+        if not any(fd == conn.fileno() for fd, _ in events) and not conn.poll():
+            if events:  # the sentinel: the process ended
                 return "died", None
             raise TimeoutError
         try:
@@ -155,7 +161,7 @@ class ProcessWorkers:
             proc.close()
         if conn is not None:
             conn.close()
-        self._procs[w] = self._conns[w] = None
+        self._procs[w] = self._conns[w] = self._polls[w] = None
         self._busy[w] = 0
 
     def closer(self) -> tuple[Any, tuple[Any, ...]]:

@@ -95,8 +95,8 @@ class PoolVecEnv(VecEnv):
         buffers = pool.buffers
         obs = buffers.obs.read(slice(None))
         rewards = buffers.rewards.astype(np.float32)
-        terminated, truncated = buffers.terminated.copy(), buffers.truncated.copy()
-        dones = terminated | truncated
+        dones = buffers.terminated | buffers.truncated
+        time_limits = (buffers.truncated & ~buffers.terminated).tolist()
         infos: list[dict[str, Any]] = []
         for i, info in results:
             if FINAL_OBS in info:  # the episode ended: the step's info is the final one, the rest is the reset's
@@ -108,7 +108,7 @@ class PoolVecEnv(VecEnv):
                 self.reset_infos[i] = reset_info
             else:
                 step_info = info  # a fresh dict per step (the pool's)
-            step_info["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+            step_info["TimeLimit.truncated"] = time_limits[i]
             infos.append(step_info)
         return obs, rewards, dones, infos
 
