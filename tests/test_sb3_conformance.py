@@ -25,7 +25,7 @@ from stable_baselines3.common.envs import FakeImageEnv, SimpleMultiObsEnv
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
-from sb3_async import A3C, AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
+from sb3_async import A3C, ApeXDQN, AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 
 Q_FAMILY = [AsyncOneStepQ, AsyncSarsa, AsyncNStepQ]
 ALL = [A3C, *Q_FAMILY]
@@ -74,12 +74,25 @@ def test_predict_returns_what_sb3_returns(model_class, kind):
     policy, make_env = ENVS[kind]
     ours = model_class(policy, make_env, n_workers=1, seed=0)
     peer = PEER[model_class](policy, DummyVecEnv([make_env]), seed=0)
+    _check_predict_like(ours, peer, make_env)
+
+
+@pytest.mark.parametrize("kind", ["vector", "image"])
+def test_apex_dqn_predict_returns_what_dqn_returns(kind):
+    """The same audit for Ape-X DQN, whose exploring branch (ε-greedy in predict) must keep DQN's 0-d array."""
+    policy, make_env = ENVS[kind]
+    ours = ApeXDQN(policy, make_env, n_actors=1, seed=0)
+    peer = DQN(policy, DummyVecEnv([make_env]), buffer_size=100, seed=0)
+    _check_predict_like(ours, peer, make_env)
+
+
+def _check_predict_like(ours, peer, make_env) -> None:
     single, batch = _observations(make_env())
     for obs in (single, batch):
         n = 3 if obs is batch else 1
         for extra in ({}, {"state": None, "episode_start": np.ones(n, dtype=bool)}):
             for deterministic in (True, False):
-                for _ in range(5):  # non-deterministic Q predictions take both branches of ε-greedy
+                for _ in range(10):  # non-deterministic Q predictions take both branches of ε-greedy
                     got = ours.predict(obs, deterministic=deterministic, **extra)
                     expected = peer.predict(obs, deterministic=deterministic, **extra)
                     assert _describe(got) == _describe(expected), (obs is batch, extra, deterministic)

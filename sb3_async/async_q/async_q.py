@@ -25,6 +25,7 @@ from sb3_async.common.exploration import (
     PAPER_FINAL_EPSILONS,
     check_epsilons,
     epsilon_greedy,
+    epsilon_greedy_like,
     linear_epsilon,
     sample_final_epsilons,
 )
@@ -303,9 +304,7 @@ class AsyncQLearning(HogwildAlgorithm):
         if deterministic:
             return actions, state
         n_actions = int(self.action_space.n)  # type: ignore[attr-defined]
-        batch = np.atleast_1d(actions)
-        explored = epsilon_greedy(batch, self.exploration_rate, n_actions, np.random.default_rng())
-        return explored.reshape(np.shape(actions)), state
+        return epsilon_greedy_like(actions, self.exploration_rate, n_actions, np.random.default_rng()), state
 
     def _log_extra(self) -> None:
         self.logger.record("rollout/exploration_rate", self.exploration_rate)
