@@ -218,7 +218,8 @@ class AEDDPG(TD3):
         data generation and the speed of data utilization", §IV-B); more than 1 spends the wall clock that parallel
         collection saves on more updates per sample
     :param action_noise: ``"random_walk"`` (default): :class:`RandomWalkActionNoise` with one stream per env (§IV-C; its
-        sigma 0.05 and reflection at the bounds chosen by measurement, docs/guide/replay.md); any SB3 ``ActionNoise``
+        sigma 0.05 and reflection at the bounds chosen by measurement, docs/guide/replay.md); a
+        :class:`RandomWalkActionNoise` (built without ``n_envs``: given one stream per env), any SB3 ``ActionNoise``
         (vectorised per env as SB3 does), or None
     :param replay_buffer_class: ``EpisodicDualReplayBuffer`` (default, §IV-B), ``ReplayBuffer`` or
         ``PrioritizedReplayBuffer`` (or subclasses). All envs write into one Memory (the paper's), so n-step returns and
@@ -365,10 +366,13 @@ class AEDDPG(TD3):
             self._setup_model()
 
     def _resolve_noise(self) -> None:
-        """Build the default noise (one random walk per env) and check a given random walk's stream count."""
+        """Build the default noise (one random walk per env), give a one-stream random walk one stream per env and
+        check a vectorised one's stream count."""
         if isinstance(self.action_noise, str):
             dim = int(np.prod(self.action_space.shape))  # type: ignore[arg-type]
             self.action_noise = RandomWalkActionNoise(np.zeros(dim), n_envs=self.n_envs)
+        elif isinstance(self.action_noise, RandomWalkActionNoise) and not isinstance(self.action_noise, VectorizedActionNoise):
+            self.action_noise = self.action_noise.for_envs(self.n_envs)
         if isinstance(self.action_noise, RandomWalkActionNoise) and self.action_noise.n_envs != self.n_envs:
             raise ValueError(
                 f"Invalid action_noise={self.action_noise!r}: it has {self.action_noise.n_envs} streams for {self.n_envs} envs"
