@@ -25,10 +25,7 @@ from sb3_async.apex.returns import (
     stack_transitions,
     weighted_squared_loss,
 )
-from tests.helpers import FAST_DQN, FailingEnv, learns_and_returns_the_evaluated_model, zoo_model
-
-FAST_DPG = dict(n_actors=2, learning_starts=64, batch_size=32, block_size=10, seed=0, policy_kwargs=dict(net_arch=[32, 32]))
-
+from tests.helpers import FAST_DPG, FAST_DQN, FailingEnv, learns_and_returns_the_evaluated_model, zoo_model
 
 # --- pure functions ------------------------------------------------------------------------------------------------
 

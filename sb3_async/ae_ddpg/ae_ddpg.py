@@ -33,6 +33,7 @@ from stable_baselines3.td3.td3 import TD3
 
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
+from sb3_async.common.callbacks import show_final_timesteps
 from sb3_async.common.env_pool import AsyncEnvPool
 from sb3_async.common.env_worker import FINAL_INFO, FINAL_OBS
 from sb3_async.common.noise import RandomWalkActionNoise
@@ -625,12 +626,15 @@ class AEDDPG(TD3):
             self._act_and_send(ids, learning_starts)
             self._update_current_progress_remaining(self.num_timesteps, self._total_timesteps)
             if not self._callbacks(callback, rewards):
+                show_final_timesteps(callback, self.num_timesteps)
                 return RolloutReturn(n_transitions, n_episodes, continue_training=False)
             for _ in ended:
                 self._episode_num += 1
                 if log_interval is not None and self._episode_num % log_interval == 0:
                     self.dump_logs()
         callback.on_rollout_end()
+        # Callbacks are called once per n_envs transitions: the transitions since the last call count too.
+        show_final_timesteps(callback, self.num_timesteps)
         return RolloutReturn(n_transitions, n_episodes, continue_training=True)
 
     # ---------------------------------------------------------------- learning

@@ -30,7 +30,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import safe_mean
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
-from sb3_async.common.callbacks import frozen_evaluations
+from sb3_async.common.callbacks import frozen_evaluations, show_final_timesteps
 from sb3_async.common.env_util import EnvRecipe, WorkerEnvsView
 from sb3_async.common.normalization import (
     attach_statistics,
@@ -398,6 +398,7 @@ class AsyncAlgorithm(BaseAlgorithm):
             self._runtime = None
             runtime.close()
             self._detach_normalization()
+        show_final_timesteps(callback, self.num_timesteps)
         callback.on_training_end()
         return self
 
