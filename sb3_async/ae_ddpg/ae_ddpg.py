@@ -27,7 +27,7 @@ from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutReturn, Schedule, TrainFreq
 from stable_baselines3.common.utils import polyak_update, should_collect_more_steps
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecTransposeImage
 from stable_baselines3.td3.policies import CnnPolicy, MlpPolicy, TD3Policy
 from stable_baselines3.td3.td3 import TD3
 
@@ -179,6 +179,18 @@ def make_pool_vec_env(
     return given, source
 
 
+def _transposed(
+    env: VecTransposeImage, obs: dict[int, Any], infos: dict[int, dict[str, Any]]
+) -> tuple[dict[int, Any], dict[int, dict[str, Any]]]:
+    """The pool's observations (and final observations) as SB3's ``VecTransposeImage`` gives them: channel-first."""
+    obs = {i: env.transpose_observations(value) for i, value in obs.items()}
+    infos = {
+        i: {**info, FINAL_OBS: env.transpose_observations(info[FINAL_OBS])} if FINAL_OBS in info else info
+        for i, info in infos.items()
+    }
+    return obs, infos
+
+
 class AEDDPG(TD3):
     """
     Asynchronous Episodic DDPG (`Zhang et al. <https://arxiv.org/abs/1903.00827>`_): one actor-critic pair, ``n_envs``
@@ -249,7 +261,7 @@ class AEDDPG(TD3):
         "CnnPolicy": CnnPolicy,
     }
     policy: TD3Policy
-    env: PoolVecEnv | None  # type: ignore[assignment]
+    env: PoolVecEnv | VecTransposeImage | None  # type: ignore[assignment]  # SB3 wraps image envs in VecTransposeImage
     _buffer_actions: np.ndarray  # the scaled actions of the steps in flight, per env
 
     def __init__(
@@ -501,7 +513,7 @@ class AEDDPG(TD3):
 
     def _act_and_send(self, ids: list[int], learning_starts: int) -> None:
         """SB3's ``_sample_action`` for the envs in ``ids`` (one batched forward pass), then ``send``."""
-        assert self.env is not None and self._last_obs is not None
+        assert self._last_obs is not None
         obs = self._last_obs[ids]  # type: ignore[index]
         if self.num_timesteps < learning_starts:
             unscaled = np.array([self.action_space.sample() for _ in ids])
@@ -513,7 +525,7 @@ class AEDDPG(TD3):
             scaled = np.clip(scaled + noise, -1, 1)
         self._buffer_actions[ids] = scaled
         actions = self.policy.unscale_action(scaled)
-        self.env.pool.send({i: actions[k] for k, i in enumerate(ids)})
+        self._pool_env().pool.send({i: actions[k] for k, i in enumerate(ids)})
         self._in_flight.update(ids)
 
     def _store_transition_of(
@@ -592,7 +604,7 @@ class AEDDPG(TD3):
     ) -> RolloutReturn:
         """Receive the envs that are ready, store their transitions, act on them and send (they step while the learner
         trains), until ``train_freq`` transitions (or episodes) were collected."""
-        assert isinstance(env, PoolVecEnv), "AEDDPG's env is an AsyncEnvPool's PoolVecEnv"
+        pool = self._pool_env().pool
         self.policy.set_training_mode(False)
         if not hasattr(self, "_buffer_actions") or len(self._buffer_actions) != self.n_envs:
             shape = self.action_space.shape or ()
@@ -604,9 +616,9 @@ class AEDDPG(TD3):
         callback.on_rollout_start()
         while should_collect_more_steps(train_freq, n_transitions, n_episodes):
             start = time.perf_counter()
-            new_obs, rewards, terminations, truncations, infos = env.pool.recv(
-                min_ready=min(self.min_ready, len(self._in_flight))
-            )
+            new_obs, rewards, terminations, truncations, infos = pool.recv(min_ready=min(self.min_ready, len(self._in_flight)))
+            if isinstance(env, VecTransposeImage):  # the pool's envs are channel-last, the policy's space channel-first
+                new_obs, infos = _transposed(env, new_obs, infos)
             stats["recv_seconds"] += time.perf_counter() - start
             ids = list(new_obs)
             self._in_flight.difference_update(ids)
@@ -636,6 +648,13 @@ class AEDDPG(TD3):
         # Callbacks are called once per n_envs transitions: the transitions since the last call count too.
         show_final_timesteps(callback, self.num_timesteps)
         return RolloutReturn(n_transitions, n_episodes, continue_training=True)
+
+    def _pool_env(self) -> PoolVecEnv:
+        """The :class:`PoolVecEnv` being trained on, under SB3's ``VecTransposeImage`` for image observations."""
+        env = self.env.venv if isinstance(self.env, VecTransposeImage) else self.env
+        if not isinstance(env, PoolVecEnv):
+            raise RuntimeError(f"AEDDPG trains on an AsyncEnvPool's PoolVecEnv, got {self.env!r}")
+        return env
 
     # ---------------------------------------------------------------- learning
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
