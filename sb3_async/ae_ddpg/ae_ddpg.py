@@ -39,6 +39,7 @@ from sb3_async.common.env_worker import FINAL_INFO, FINAL_OBS
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.pool_vec_env import PoolVecEnv
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
+from sb3_async.common.torch_utils import check_torch_threads, threads_beside_workers
 from sb3_async.common.validation import check_backend
 
 SelfAEDDPG = TypeVar("SelfAEDDPG", bound="AEDDPG")
@@ -254,6 +255,9 @@ class AEDDPG(TD3):
     :param verbose: verbosity
     :param seed: seed; env ``i`` of the pool is seeded with ``seed + i``
     :param device: torch device of the learner
+    :param torch_threads: torch threads of this process during ``learn()``; None (default): the CPUs the pool's env
+        processes on this machine leave free, at least 1 (logged as ``config/torch_threads``); the caller's count is
+        restored after
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
@@ -291,8 +295,10 @@ class AEDDPG(TD3):
         verbose: int = 0,
         seed: int | None = None,
         device: th.device | str = "auto",
+        torch_threads: int | None = None,
         _init_setup_model: bool = True,
     ):
+        self.torch_threads = check_torch_threads(torch_threads)
         if n_envs is not None and (isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)) or n_envs < 1):
             raise ValueError(f"Invalid n_envs={n_envs!r}: expected a positive integer or None")
         if isinstance(min_ready, bool) or not isinstance(min_ready, (int, np.integer)) or min_ready < 1:
@@ -454,8 +460,7 @@ class AEDDPG(TD3):
         tb_log_name: str = "run",
         progress_bar: bool = False,
     ) -> tuple[int, BaseCallback]:
-        if self.env is None and self.env_source is not None:  # learn() after load(): rebuild the saved env
-            self.set_env(self.env_source)
+        self._ensure_env()
         if self.env is None:
             raise ValueError("AEDDPG has no env to learn from: pass one to load(path, env=...) or set_env()")
         self._resolve_noise()
@@ -469,7 +474,19 @@ class AEDDPG(TD3):
                 self.action_noise.reset()
         self._pending = self._empty_pending()
         self._reset_collection_stats()
+        self.logger.record("config/torch_threads", th.get_num_threads())
         return result
+
+    def _ensure_env(self) -> None:
+        if self.env is None and self.env_source is not None:  # learn() after load(): rebuild the saved env
+            self.set_env(self.env_source)
+
+    def _env_processes(self) -> int:
+        """The env processes stepping on this machine (none for a pool of Ray actors or envs stepped in this process)."""
+        if self.env is None:
+            return 0
+        pool = self._pool_env().pool
+        return pool.n_workers if pool.backend == "mp" else 0
 
     def learn(
         self: SelfAEDDPG,
@@ -481,7 +498,10 @@ class AEDDPG(TD3):
         progress_bar: bool = False,
     ) -> SelfAEDDPG:
         try:
-            return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
+            # torch's default threads (one per core) next to busy env processes would oversubscribe the CPUs
+            self._ensure_env()
+            with threads_beside_workers(self._env_processes(), getattr(self, "torch_threads", None)):
+                return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
         except BaseException:
             # An env error, Ctrl-C or a failing callback: the steps in flight are lost; close the pool's processes now.
             if self.env is not None:

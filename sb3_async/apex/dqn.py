@@ -125,6 +125,7 @@ class ApeXDQN(ApeXAlgorithm):
         verbose: int = 0,
         seed: int | None = None,
         device: torch.device | str = "auto",
+        torch_threads: int | None = None,
         _init_setup_model: bool = True,
     ):
         self.max_grad_norm = check_float("max_grad_norm", max_grad_norm)
@@ -164,6 +165,7 @@ class ApeXDQN(ApeXAlgorithm):
             verbose=verbose,
             seed=seed,
             device=device,
+            torch_threads=torch_threads,
             supported_action_spaces=(spaces.Discrete,),
         )
         if _init_setup_model:

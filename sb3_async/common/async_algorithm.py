@@ -42,7 +42,7 @@ from sb3_async.common.normalization import (
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
 from sb3_async.common.runtime.mp import start_forkserver
 from sb3_async.common.runtime.processes import START_METHODS, WorkerError
-from sb3_async.common.torch_utils import threads_beside_workers
+from sb3_async.common.torch_utils import check_torch_threads, threads_beside_workers
 from sb3_async.common.validation import check_backend, check_float, check_int
 
 SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
@@ -173,6 +173,8 @@ class AsyncAlgorithm(BaseAlgorithm):
     :param supported_action_spaces: action spaces the algorithm accepts
     :param pause_for_eval: park the workers while an ``EvalCallback`` evaluates inside ``learn()``, so it scores and
         saves one frozen policy, as with SB3's algorithms (default True; False: evaluations run while workers train)
+    :param torch_threads: torch threads of the main process during ``learn()``; None (default): the CPUs the workers on
+        this machine leave free, at least 1 (logged as ``config/torch_threads``); the caller's count is restored after
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {}
@@ -196,7 +198,9 @@ class AsyncAlgorithm(BaseAlgorithm):
         device: torch.device | str = "auto",
         supported_action_spaces: tuple[type[spaces.Space], ...] | None = None,
         pause_for_eval: bool = True,
+        torch_threads: int | None = None,
     ):
+        self.torch_threads = check_torch_threads(torch_threads)
         if not isinstance(pause_for_eval, bool):
             raise TypeError(f"Invalid pause_for_eval={pause_for_eval!r}: expected True or False")
         self.pause_for_eval = pause_for_eval
@@ -392,7 +396,9 @@ class AsyncAlgorithm(BaseAlgorithm):
         try:
             runtime.start(specs, worker_seed(self.seed), self.num_timesteps, total_timesteps)
             # torch's default threads (one per core) next to busy workers would oversubscribe the CPUs
-            with threads_beside_workers(runtime.local_workers()), frozen_evaluations(self, callback):
+            requested = getattr(self, "torch_threads", None)  # models saved before it existed: None
+            with threads_beside_workers(runtime.local_workers(), requested) as threads, frozen_evaluations(self, callback):
+                self.logger.record("config/torch_threads", threads)
                 self._supervise(runtime, callback, total_timesteps, log_interval, latest_obs)
         finally:
             self._runtime = None
