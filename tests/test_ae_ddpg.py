@@ -362,6 +362,11 @@ def test_random_walk_streams_advance_only_for_their_envs_steps() -> None:
     "kwargs, match",
     [
         (dict(n_envs=0), "n_envs"),
+        (dict(gamma=2), "gamma"),
+        (dict(tau=1.5), "tau"),
+        (dict(buffer_size=0), "buffer_size"),
+        (dict(buffer_size=100, batch_size=101), "batch_size=101: larger than buffer_size=100"),
+        (dict(learning_starts=-1), "learning_starts"),
         (dict(min_ready=0), "min_ready"),
         (dict(action_noise="pink"), "action_noise"),
         (dict(replay_buffer_kwargs=dict(n_steps=3)), "n_steps"),

@@ -280,9 +280,10 @@ def test_replay_ratio_holds_blocks_back():
 @pytest.mark.parametrize(
     "kwargs,error,match",
     [
-        (dict(n_actors=0), ValueError, "n_workers"),
+        (dict(n_actors=0), ValueError, "n_actors"),
         (dict(replay_ratio=0), ValueError, "replay_ratio"),
         (dict(batch_size=0), ValueError, "batch_size"),
+        (dict(buffer_size=100, batch_size=101), ValueError, "batch_size=101: larger than buffer_size=100"),
         (dict(learning_starts=-1), ValueError, "learning_starts"),
         (dict(policy_kwargs=[]), TypeError, "policy_kwargs"),
     ],

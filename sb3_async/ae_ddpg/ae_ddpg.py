@@ -40,7 +40,7 @@ from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.pool_vec_env import PoolVecEnv
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.torch_utils import check_torch_threads, threads_beside_workers
-from sb3_async.common.validation import check_backend
+from sb3_async.common.validation import check_backend, check_float, check_int, check_replay_sizes
 
 SelfAEDDPG = TypeVar("SelfAEDDPG", bound="AEDDPG")
 
@@ -299,6 +299,10 @@ class AEDDPG(TD3):
         _init_setup_model: bool = True,
     ):
         self.torch_threads = check_torch_threads(torch_threads)
+        buffer_size, batch_size = check_replay_sizes(buffer_size, batch_size)
+        gamma = check_float("gamma", gamma, 0.0, 1.0)
+        tau = check_float("tau", tau, 0.0, 1.0)
+        learning_starts = check_int("learning_starts", learning_starts, minimum=0)
         if n_envs is not None and (isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)) or n_envs < 1):
             raise ValueError(f"Invalid n_envs={n_envs!r}: expected a positive integer or None")
         if isinstance(min_ready, bool) or not isinstance(min_ready, (int, np.integer)) or min_ready < 1:

@@ -42,10 +42,21 @@ from sb3_async.common.normalization import (
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
 from sb3_async.common.runtime.mp import start_forkserver
 from sb3_async.common.runtime.processes import START_METHODS, WorkerError
-from sb3_async.common.torch_utils import check_torch_threads, threads_beside_workers
+from sb3_async.common.torch_utils import check_torch_threads, threads_beside_workers, usable_cpus
 from sb3_async.common.validation import check_backend, check_float, check_int
 
 SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
+
+#: Worker processes accepted on this machine (backend="mp"): the larger of MIN_WORKER_BOUND (the paper's 16 threads
+#: and more run on a small machine too) and MAX_WORKERS_PER_CPU per CPU; beyond, they only take turns on the cores.
+MAX_WORKERS_PER_CPU = 4
+MIN_WORKER_BOUND = 64
+
+
+def max_local_workers() -> int:
+    """The most worker processes an algorithm starts on this machine."""
+    return max(MIN_WORKER_BOUND, MAX_WORKERS_PER_CPU * usable_cpus())
+
 
 #: Seconds the workers have to finish after a callback stopped training (their last messages are received meanwhile).
 _STOP_SECONDS = 30.0
@@ -179,6 +190,9 @@ class AsyncAlgorithm(BaseAlgorithm):
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {}
     policy: BasePolicy
+    #: The constructor's names for ``n_workers`` and ``n_envs_per_worker`` (Ape-X: ``n_actors``, ``n_envs_per_actor``).
+    workers_argument: ClassVar[str] = "n_workers"
+    envs_argument: ClassVar[str] = "n_envs_per_worker"
 
     def __init__(
         self,
@@ -204,9 +218,17 @@ class AsyncAlgorithm(BaseAlgorithm):
         if not isinstance(pause_for_eval, bool):
             raise TypeError(f"Invalid pause_for_eval={pause_for_eval!r}: expected True or False")
         self.pause_for_eval = pause_for_eval
-        self.n_workers = check_int("n_workers", (os.cpu_count() or 1) if n_workers is None else n_workers)
-        self.n_envs_per_worker = check_int("n_envs_per_worker", n_envs_per_worker)
+        name = self.workers_argument
+        self.n_workers = check_int(name, (os.cpu_count() or 1) if n_workers is None else n_workers)
+        self.n_envs_per_worker = check_int(self.envs_argument, n_envs_per_worker)
         check_backend(backend, backend_kwargs)
+        bound = max_local_workers()
+        if backend == "mp" and self.n_workers > bound:
+            raise ValueError(
+                f"Invalid {name}={self.n_workers}: at most {bound} worker processes on this machine (the larger of "
+                f"{MIN_WORKER_BOUND} and {MAX_WORKERS_PER_CPU} per CPU, {usable_cpus()} CPUs); more only take turns on the "
+                "cores (backend='ray' spreads workers over several machines)"
+            )
         if start_method not in START_METHODS:
             raise ValueError(f"Invalid start_method={start_method!r}: expected one of {', '.join(START_METHODS)}")
         self.backend, self.start_method = backend, start_method
