@@ -42,6 +42,7 @@ from sb3_async.common.normalization import (
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
 from sb3_async.common.runtime.mp import start_forkserver
 from sb3_async.common.runtime.processes import START_METHODS, WorkerError
+from sb3_async.common.save_util import check_saved_class, mark_saved_class
 from sb3_async.common.torch_utils import check_torch_threads, threads_beside_workers, usable_cpus
 from sb3_async.common.validation import check_backend, check_float, check_int
 
@@ -378,7 +379,24 @@ class AsyncAlgorithm(BaseAlgorithm):
     def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
         if self._vec_normalize_env is not None:
             self._normalization_state = statistics_state(self._vec_normalize_env)
+        mark_saved_class(self)
         super().save(path, exclude, include)
+
+    @classmethod
+    def load(
+        cls: type[SelfAsyncAlgorithm],
+        path: Any,
+        env: Any = None,
+        device: torch.device | str = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfAsyncAlgorithm:
+        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by this algorithm (another
+        algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file)."""
+        check_saved_class(path, cls, marker="n_envs_per_worker")
+        return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
 
     def learn(
         self: SelfAsyncAlgorithm,
