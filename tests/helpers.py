@@ -28,6 +28,31 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 #: Ape-X settings that start learning at once, for tests of the machinery rather than of learning.
 FAST_DQN = dict(n_actors=2, learning_starts=64, batch_size=32, block_size=10, seed=0)
+FAST_DPG = dict(n_actors=2, learning_starts=64, batch_size=32, block_size=10, seed=0, policy_kwargs=dict(net_arch=[32, 32]))
+
+#: Every algorithm of the library, by name, for tests of the SB3 contract that each must keep.
+ALGORITHM_NAMES = ("A3C", "AsyncOneStepQ", "AsyncSarsa", "AsyncNStepQ", "ApeXDQN", "ApeXDPG", "AEDDPG")
+
+
+def small_model(name: str, env: Any = None, policy: str = "MlpPolicy", **kwargs: Any) -> Any:
+    """A small, fast model of algorithm ``name`` (CartPole-v1 or Pendulum-v1 unless ``env`` is given): tiny networks,
+    learning from the first steps, two workers (AEDDPG: two envs stepped in this process)."""
+    import sb3_async
+
+    algo = getattr(sb3_async, name)
+    if name == "AEDDPG":
+        settings: dict[str, Any] = dict(
+            n_envs=2, pool_kwargs=dict(n_workers=0), learning_starts=40, batch_size=16, buffer_size=500, seed=0,
+            policy_kwargs=dict(net_arch=dict(pi=[16], qf=[16])),
+        )  # fmt: skip
+    elif name == "ApeXDQN":
+        settings = dict(FAST_DQN)
+    elif name == "ApeXDPG":
+        settings = dict(FAST_DPG)
+    else:
+        settings = dict(n_workers=2, seed=0, policy_kwargs=dict(net_arch=[16]))
+    continuous = name in ("ApeXDPG", "AEDDPG")
+    return algo(policy, env or ("Pendulum-v1" if continuous else "CartPole-v1"), **{**settings, **kwargs})
 
 
 class FailingEnv(gym.Wrapper):

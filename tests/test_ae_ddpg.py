@@ -331,7 +331,7 @@ def test_replay_ablations(buffer_class: type) -> None:
     model.env.close()
 
 
-@pytest.mark.parametrize("noise_class", [NormalActionNoise, OrnsteinUhlenbeckActionNoise])
+@pytest.mark.parametrize("noise_class", [NormalActionNoise, OrnsteinUhlenbeckActionNoise, RandomWalkActionNoise])
 def test_noise_ablations_one_stream_per_env(noise_class: type) -> None:
     noise = noise_class(np.zeros(1), 0.3 * np.ones(1))
     model = AEDDPG(
@@ -344,7 +344,9 @@ def test_noise_ablations_one_stream_per_env(noise_class: type) -> None:
         policy_kwargs=SMALL_NET,
     )
     model.learn(30)
-    assert isinstance(model.action_noise, VectorizedActionNoise) and len(model.action_noise.noises) == 3
+    assert isinstance(model.action_noise, VectorizedActionNoise)
+    streams = model.action_noise.n_envs if noise_class is RandomWalkActionNoise else len(model.action_noise.noises)
+    assert streams == 3
     model.env.close()
 
 
@@ -360,6 +362,11 @@ def test_random_walk_streams_advance_only_for_their_envs_steps() -> None:
     "kwargs, match",
     [
         (dict(n_envs=0), "n_envs"),
+        (dict(gamma=2), "gamma"),
+        (dict(tau=1.5), "tau"),
+        (dict(buffer_size=0), "buffer_size"),
+        (dict(buffer_size=100, batch_size=101), "batch_size=101: larger than buffer_size=100"),
+        (dict(learning_starts=-1), "learning_starts"),
         (dict(min_ready=0), "min_ready"),
         (dict(action_noise="pink"), "action_noise"),
         (dict(replay_buffer_kwargs=dict(n_steps=3)), "n_steps"),

@@ -25,10 +25,7 @@ from sb3_async.apex.returns import (
     stack_transitions,
     weighted_squared_loss,
 )
-from tests.helpers import FAST_DQN, FailingEnv, learns_and_returns_the_evaluated_model, zoo_model
-
-FAST_DPG = dict(n_actors=2, learning_starts=64, batch_size=32, block_size=10, seed=0, policy_kwargs=dict(net_arch=[32, 32]))
-
+from tests.helpers import FAST_DPG, FAST_DQN, FailingEnv, learns_and_returns_the_evaluated_model, zoo_model
 
 # --- pure functions ------------------------------------------------------------------------------------------------
 
@@ -283,9 +280,10 @@ def test_replay_ratio_holds_blocks_back():
 @pytest.mark.parametrize(
     "kwargs,error,match",
     [
-        (dict(n_actors=0), ValueError, "n_workers"),
+        (dict(n_actors=0), ValueError, "n_actors"),
         (dict(replay_ratio=0), ValueError, "replay_ratio"),
         (dict(batch_size=0), ValueError, "batch_size"),
+        (dict(buffer_size=100, batch_size=101), ValueError, "batch_size=101: larger than buffer_size=100"),
         (dict(learning_starts=-1), ValueError, "learning_starts"),
         (dict(policy_kwargs=[]), TypeError, "policy_kwargs"),
     ],

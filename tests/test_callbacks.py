@@ -4,6 +4,7 @@ import time
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 from stable_baselines3.common.callbacks import (
     BaseCallback,
@@ -14,9 +15,11 @@ from stable_baselines3.common.callbacks import (
     StopTrainingOnRewardThreshold,
 )
 from stable_baselines3.common.logger import configure
+from stable_baselines3.common.monitor import Monitor
 
 from sb3_async import A3C
 from sb3_async.common.runtime import Runtime
+from tests.helpers import ALGORITHM_NAMES, small_model
 
 
 class Recorder(BaseCallback):
@@ -229,3 +232,36 @@ def test_a_backlog_of_episodes_drains_in_linear_time():
     model._supervise(_BacklogRuntime(4, 40_000, steps=40_000), callback, total, 100, torch.from_numpy(latest_obs))
     assert time.monotonic() - start < 30  # about 1 s; the quadratic scan took minutes
     assert recorder.episodes == 40_000 == model._episode_num  # 10,000 steps of 4 envs: every env done at every step
+
+
+class EndCount(BaseCallback):
+    """Records the ``num_timesteps`` it holds when training ends."""
+
+    at_end: int | None = None
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_training_end(self) -> None:
+        self.at_end = self.num_timesteps
+
+
+@pytest.mark.parametrize("name", ALGORITHM_NAMES)
+def test_callbacks_see_the_final_step_count(name):
+    """After learn(), the callbacks hold model.num_timesteps (as with SB3's algorithms), also the steps the workers took
+    after the last on_step(); and when an evaluation stopped training, in the whole callback tree."""
+    # AEDDPG: 3 envs in 3 processes, received as they become ready: the last callback call can leave steps unshown
+    model = small_model(name, **(dict(n_envs=3, pool_kwargs=dict(n_workers=3)) if name == "AEDDPG" else {}))
+    count = EndCount()
+    model.learn(200, callback=count)
+    assert count.num_timesteps == count.at_end == model.num_timesteps >= 200
+    stop = StopTrainingOnRewardThreshold(reward_threshold=-1e9, verbose=0)  # stops at the first evaluation
+    env_id = "Pendulum-v1" if name in ("ApeXDPG", "AEDDPG") else "CartPole-v1"
+    every = 40 // model.n_envs
+    evaluation = EvalCallback(Monitor(gym.make(env_id)), eval_freq=every, n_eval_episodes=1, callback_on_new_best=stop)
+    count = EndCount()
+    model.learn(100_000, callback=CallbackList([evaluation, count]))
+    assert model.num_timesteps < 100_000
+    assert count.at_end == evaluation.num_timesteps == stop.num_timesteps == model.num_timesteps
+    if name == "AEDDPG":
+        model.env.close()

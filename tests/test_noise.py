@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
-from stable_baselines3 import TD3
+from stable_baselines3 import DDPG, TD3
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.noise import VectorizedActionNoise
 
@@ -68,11 +66,27 @@ def test_independent_streams_across_envs_with_an_explicit_generator():
     increments = np.diff(walks, axis=0)
     corr = np.corrcoef(increments.T)[np.triu_indices(4, 1)]
     assert np.all(np.abs(corr) < 6 / np.sqrt(len(increments)))
-    # SB3's VectorizedActionNoise deep-copies the base noise: with a generator inside, every env gets the same noise.
-    base = RandomWalkActionNoise(np.zeros(1), generator=np.random.default_rng(0))
-    copies = [copy.deepcopy(base) for _ in range(2)]
-    assert np.array_equal(copies[0](), copies[1]())  # the defect, shown on copies; our n_envs streams avoid it
     assert isinstance(noise, VectorizedActionNoise)  # so SB3 does not wrap (and deep-copy) it
+    # SB3's VectorizedActionNoise deep-copies a one-stream noise per env: each copy draws its own shots, even with a
+    # generator inside (a plain copy of the generator would give every env the same noise).
+    base = RandomWalkActionNoise(np.zeros(1), generator=np.random.default_rng(0))
+    assert not isinstance(base, VectorizedActionNoise)
+    vectorized = VectorizedActionNoise(base, 2)
+    shots = np.stack([vectorized()[:, 0] for _ in range(50)])
+    assert not np.allclose(shots[:, 0], shots[:, 1])
+
+
+@pytest.mark.parametrize("algo", [TD3, DDPG])
+@pytest.mark.parametrize("n_envs", [1, 2, 3])
+def test_built_like_normal_action_noise_it_works_with_any_number_of_envs(algo, n_envs):
+    """Built as users build NormalActionNoise, stock TD3 and DDPG vectorise it and reset each env's copy at its
+    episode end (Pendulum: 200 steps)."""
+    env = make_vec_env("Pendulum-v1", n_envs=n_envs, seed=0)
+    noise = RandomWalkActionNoise(np.zeros(1), 0.1 * np.ones(1))
+    model = algo("MlpPolicy", env, action_noise=noise, learning_starts=1000, policy_kwargs=dict(net_arch=[8]), device="cpu")
+    model.learn(202 * n_envs)  # each env's first episode ends
+    if n_envs > 1:
+        assert isinstance(model.action_noise, VectorizedActionNoise) and len(model.action_noise.noises) == n_envs
 
 
 def test_bad_arguments():

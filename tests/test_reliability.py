@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from sb3_async import A3C, WorkerError
+from sb3_async.common.async_algorithm import max_local_workers
 from sb3_async.common.runtime import MultiprocessingRuntime, WorkerSpec
-from tests.helpers import FailingEnv, ShmWatch, live_children
+from tests.helpers import ALGORITHM_NAMES, FailingEnv, ShmWatch, live_children, small_model
 
 
 def processes_with_marker(marker: str) -> list[int]:
@@ -183,6 +184,18 @@ def test_bad_input(kwargs, match):
     arguments = dict(policy="MlpPolicy", env="CartPole-v1", n_workers=1) | kwargs
     with pytest.raises((ValueError, TypeError), match=match):
         A3C(**arguments)
+
+
+@pytest.mark.parametrize("name", ALGORITHM_NAMES)
+def test_worker_counts_are_bounded(name):
+    """A worker count that would start processes without end is refused, naming the argument and the bound."""
+    if name == "AEDDPG":  # its pool: at most one process per env
+        with pytest.raises(ValueError, match=r"n_workers=1000000: at most n_envs=2"):
+            small_model(name, pool_kwargs=dict(n_workers=10**6))
+        return
+    argument = "n_actors" if name.startswith("ApeX") else "n_workers"
+    with pytest.raises(ValueError, match=rf"{argument}=1000000: at most {max_local_workers()} worker processes"):
+        small_model(name, **{argument: 10**6})
 
 
 def test_env_that_cannot_be_copied():

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.envs import (
     FakeImageEnv,
     IdentityEnv,
@@ -17,6 +18,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
 from sb3_async import A3C, MnihCNN
+from tests.helpers import ALGORITHM_NAMES, small_model
 
 
 def make_cartpole():
@@ -207,6 +209,67 @@ def test_learn_leaves_the_workers_their_cpus(monkeypatch):
         torch.set_num_threads(4)
         A3C("MlpPolicy", "CartPole-v1", n_workers=2, seed=0).learn(200, callback=Threads())
         assert seen and set(seen) == {1}  # 3 CPUs - 2 workers
+        assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_main_process_threads_choice():
+    from sb3_async.common.torch_utils import main_process_threads
+
+    assert main_process_threads(cpus=8, busy_processes=2, current=8) == 6  # the CPUs the others leave free
+    assert main_process_threads(cpus=2, busy_processes=4, current=2) == 1  # at least one
+    assert main_process_threads(cpus=16, busy_processes=2, current=4) == 4  # never above the caller's count
+    assert main_process_threads(cpus=4, busy_processes=0, current=3) == 3  # nothing busy here: the caller's count
+    assert main_process_threads(cpus=2, busy_processes=4, current=2, requested=3) == 3  # the user's count wins
+
+
+class _ThreadsSeen(BaseCallback):
+    """The main process's torch threads and the logged ``config/torch_threads`` at each callback step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[int] = set()
+        self.logged: set[int] = set()
+
+    def _on_step(self) -> bool:
+        self.threads.add(torch.get_num_threads())
+        if "config/torch_threads" in self.model.logger.name_to_value:
+            self.logged.add(self.model.logger.name_to_value["config/torch_threads"])
+        return True
+
+
+@pytest.mark.parametrize("name", ALGORITHM_NAMES)
+def test_torch_threads_override_is_honored_logged_and_restored(name):
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        model = small_model(name, torch_threads=2)
+        seen = _ThreadsSeen()
+        model.learn(100, callback=seen)
+        assert seen.threads == seen.logged == {2}
+        assert torch.get_num_threads() == 1
+        if name == "AEDDPG":
+            model.env.close()
+        with pytest.raises(ValueError, match="torch_threads"):
+            small_model(name, torch_threads=0)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_aeddpg_leaves_its_env_processes_their_cpus(monkeypatch):
+    """AE-DDPG's learner beside its pool's env processes: the CPUs they leave free (3 CPUs - 2 env processes)."""
+    from sb3_async.common import torch_utils
+
+    monkeypatch.setattr(torch_utils, "usable_cpus", lambda: 3)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        model = small_model("AEDDPG", pool_kwargs=dict(n_workers=2))
+        seen = _ThreadsSeen()
+        model.learn(60, callback=seen)
+        model.env.close()
+        assert seen.threads == seen.logged == {1}
         assert torch.get_num_threads() == 4
     finally:
         torch.set_num_threads(before)

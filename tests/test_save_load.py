@@ -9,8 +9,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from stable_baselines3 import A2C, DQN, TD3
 from stable_baselines3.common.callbacks import CheckpointCallback
 
+import sb3_async
 from sb3_async import A3C, AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 
 MODEL_LIST = [A3C, AsyncOneStepQ, AsyncSarsa, AsyncNStepQ]
@@ -77,3 +79,25 @@ def test_load_of_a_file_that_is_not_a_model(tmp_path):
     bad.write_text("not a model")
     with pytest.raises(ValueError, match="zip"):
         A3C.load(bad)
+
+
+@pytest.mark.parametrize(
+    "ours, theirs",
+    [("A3C", lambda: A2C("MlpPolicy", "CartPole-v1")), ("ApeXDQN", lambda: DQN("MlpPolicy", "CartPole-v1", buffer_size=100))]
+    + [("AEDDPG", lambda: TD3("MlpPolicy", "Pendulum-v1", buffer_size=100))],
+)
+def test_load_of_another_algorithms_file_names_the_file(ours, theirs, tmp_path):
+    theirs().save(tmp_path / "other.zip")
+    with pytest.raises(ValueError, match=rf"other\.zip.*not saved by {ours}"):
+        getattr(sb3_async, ours).load(tmp_path / "other.zip")
+
+
+def test_load_of_our_own_other_algorithm_and_of_a_truncated_file(tmp_path):
+    A3C("MlpPolicy", "CartPole-v1", n_workers=1).save(tmp_path / "a3c.zip")
+    with pytest.raises(ValueError, match=r"a3c\.zip.*saved by A3C, not AsyncNStepQ"):
+        AsyncNStepQ.load(tmp_path / "a3c")  # SB3's missing .zip suffix too
+    data = (tmp_path / "a3c.zip").read_bytes()
+    (tmp_path / "cut.zip").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"cut\.zip.*not a complete model zip"):
+        A3C.load(tmp_path / "cut.zip")
+    assert A3C.load(tmp_path / "a3c.zip").n_workers == 1

@@ -1,5 +1,6 @@
 """What SB3 users call behaves as in SB3: each test here is a row of the audit table in docs/guide/sb3_compatibility.md."""
 
+import functools
 import importlib.util
 import os
 import subprocess
@@ -25,7 +26,8 @@ from stable_baselines3.common.envs import FakeImageEnv, SimpleMultiObsEnv
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
-from sb3_async import A3C, AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
+from sb3_async import A3C, ApeXDQN, AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
+from tests.helpers import ALGORITHM_NAMES, small_model
 
 Q_FAMILY = [AsyncOneStepQ, AsyncSarsa, AsyncNStepQ]
 ALL = [A3C, *Q_FAMILY]
@@ -74,12 +76,25 @@ def test_predict_returns_what_sb3_returns(model_class, kind):
     policy, make_env = ENVS[kind]
     ours = model_class(policy, make_env, n_workers=1, seed=0)
     peer = PEER[model_class](policy, DummyVecEnv([make_env]), seed=0)
+    _check_predict_like(ours, peer, make_env)
+
+
+@pytest.mark.parametrize("kind", ["vector", "image"])
+def test_apex_dqn_predict_returns_what_dqn_returns(kind):
+    """The same audit for Ape-X DQN, whose exploring branch (ε-greedy in predict) must keep DQN's 0-d array."""
+    policy, make_env = ENVS[kind]
+    ours = ApeXDQN(policy, make_env, n_actors=1, seed=0)
+    peer = DQN(policy, DummyVecEnv([make_env]), buffer_size=100, seed=0)
+    _check_predict_like(ours, peer, make_env)
+
+
+def _check_predict_like(ours, peer, make_env) -> None:
     single, batch = _observations(make_env())
     for obs in (single, batch):
         n = 3 if obs is batch else 1
         for extra in ({}, {"state": None, "episode_start": np.ones(n, dtype=bool)}):
             for deterministic in (True, False):
-                for _ in range(5):  # non-deterministic Q predictions take both branches of ε-greedy
+                for _ in range(10):  # non-deterministic Q predictions take both branches of ε-greedy
                     got = ours.predict(obs, deterministic=deterministic, **extra)
                     expected = peer.predict(obs, deterministic=deterministic, **extra)
                     assert _describe(got) == _describe(expected), (obs is batch, extra, deterministic)
@@ -326,3 +341,28 @@ def test_base_algorithm_methods(tmp_path):
     loaded = A3C.load(tmp_path / "m", env=gym.make("CartPole-v1"), n_workers=1)
     assert loaded.n_workers == 1 and loaded.get_env().num_envs == 1
     assert np.array_equal(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
+
+
+def _small_image_env(continuous: bool) -> gym.Env:
+    return FakeImageEnv(screen_height=36, screen_width=36, n_channels=3, discrete=not continuous)
+
+
+@pytest.mark.parametrize("name", ALGORITHM_NAMES)
+def test_cnn_policy_learns_from_channel_last_images(name):
+    """A DummyVecEnv of channel-last uint8 images, which SB3 wraps in VecTransposeImage: every algorithm taking
+    CnnPolicy trains on it, its policy and replay see the channel-first images SB3 would give, and predict() takes the
+    env's own observations."""
+    continuous = name in ("ApeXDPG", "AEDDPG")
+    make_env = functools.partial(_small_image_env, continuous)
+    model = small_model(
+        name, DummyVecEnv([make_env]), "CnnPolicy", policy_kwargs=dict(features_extractor_kwargs=dict(features_dim=16))
+    )
+    assert model.observation_space.shape == (3, 36, 36)
+    model.learn(96)
+    assert model.num_timesteps >= 96
+    obs = make_env().observation_space.sample()
+    assert model.action_space.contains(model.predict(obs, deterministic=True)[0])
+    if name == "AEDDPG":
+        stored = model.replay_buffer.observations[: model.replay_buffer.pos, 0]
+        assert stored.shape[1:] == (3, 36, 36) and stored.dtype == np.uint8
+        model.env.close()

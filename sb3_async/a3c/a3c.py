@@ -230,6 +230,8 @@ class A3C(HogwildAlgorithm):
     :param start_method: ``"forkserver"``, ``"spawn"`` or ``"fork"``
     :param pause_for_eval: park the workers while an ``EvalCallback`` evaluates inside ``learn()``, so it scores and
         saves one frozen policy as with SB3's algorithms (default True; False: evaluations run while workers train)
+    :param torch_threads: torch threads of the main process during ``learn()``; None (default): the CPUs the workers
+        leave free, at least 1 (logged as ``config/torch_threads``); the caller's count is restored after
     :param stats_window_size: episodes averaged for ``rollout/`` logging
     :param tensorboard_log: TensorBoard log folder
     :param policy_kwargs: passed to the policy
@@ -272,6 +274,7 @@ class A3C(HogwildAlgorithm):
         start_method: str = "forkserver",
         backend_kwargs: dict[str, Any] | None = None,
         pause_for_eval: bool = True,
+        torch_threads: int | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -301,6 +304,7 @@ class A3C(HogwildAlgorithm):
             start_method=start_method,
             backend_kwargs=backend_kwargs,
             pause_for_eval=pause_for_eval,
+            torch_threads=torch_threads,
             policy_kwargs=policy_kwargs,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,

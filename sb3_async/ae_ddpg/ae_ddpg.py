@@ -23,15 +23,18 @@ from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutReturn, Schedule, TrainFreq
 from stable_baselines3.common.utils import polyak_update, should_collect_more_steps
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecTransposeImage
 from stable_baselines3.td3.policies import CnnPolicy, MlpPolicy, TD3Policy
 from stable_baselines3.td3.td3 import TD3
 
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
+from sb3_async.common.callbacks import show_final_timesteps
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
-from sb3_async.common.validation import check_backend
+from sb3_async.common.save_util import check_saved_class, mark_saved_class
+from sb3_async.common.torch_utils import check_torch_threads, threads_beside_workers
+from sb3_async.common.validation import check_backend, check_float, check_int, check_replay_sizes
 from sb3_async.env_pool import AsyncEnvPool, EnvPoolBase
 from sb3_async.env_pool.core import load_pickled_env, pickled_env_factory
 from sb3_async.env_pool.vec_env import PoolVecEnv
@@ -165,6 +168,18 @@ def make_pool_vec_env(
     return given, source
 
 
+def _transposed(
+    env: VecTransposeImage, obs: dict[int, Any], infos: dict[int, dict[str, Any]]
+) -> tuple[dict[int, Any], dict[int, dict[str, Any]]]:
+    """The pool's observations (and final observations) as SB3's ``VecTransposeImage`` gives them: channel-first."""
+    obs = {i: env.transpose_observations(value) for i, value in obs.items()}
+    infos = {
+        i: {**info, FINAL_OBS: env.transpose_observations(info[FINAL_OBS])} if FINAL_OBS in info else info
+        for i, info in infos.items()
+    }
+    return obs, infos
+
+
 class AEDDPG(TD3):
     """
     Asynchronous Episodic DDPG (`Zhang et al. <https://arxiv.org/abs/1903.00827>`_): one actor-critic pair, ``n_envs``
@@ -205,7 +220,8 @@ class AEDDPG(TD3):
         data generation and the speed of data utilization", §IV-B); more than 1 spends the wall clock that parallel
         collection saves on more updates per sample
     :param action_noise: ``"random_walk"`` (default): :class:`RandomWalkActionNoise` with one stream per env (§IV-C; its
-        sigma 0.05 and reflection at the bounds chosen by measurement, docs/guide/replay.md); any SB3 ``ActionNoise``
+        sigma 0.05 and reflection at the bounds chosen by measurement, docs/guide/replay.md); a
+        :class:`RandomWalkActionNoise` (built without ``n_envs``: given one stream per env), any SB3 ``ActionNoise``
         (vectorised per env as SB3 does), or None
     :param replay_buffer_class: ``EpisodicDualReplayBuffer`` (default, §IV-B), ``ReplayBuffer`` or
         ``PrioritizedReplayBuffer`` (or subclasses). All envs write into one Memory (the paper's), so n-step returns and
@@ -227,6 +243,9 @@ class AEDDPG(TD3):
     :param verbose: verbosity
     :param seed: seed; env ``i`` of the pool is seeded with ``seed + i``
     :param device: torch device of the learner
+    :param torch_threads: torch threads of this process during ``learn()``; None (default): the CPUs the pool's env
+        processes on this machine leave free, at least 1 (logged as ``config/torch_threads``); the caller's count is
+        restored after
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
@@ -234,7 +253,7 @@ class AEDDPG(TD3):
         "CnnPolicy": CnnPolicy,
     }
     policy: TD3Policy
-    env: PoolVecEnv | None  # type: ignore[assignment]
+    env: PoolVecEnv | VecTransposeImage | None  # type: ignore[assignment]  # SB3 wraps image envs in VecTransposeImage
     _buffer_actions: np.ndarray  # the scaled actions of the steps in flight, per env
 
     def __init__(
@@ -264,8 +283,14 @@ class AEDDPG(TD3):
         verbose: int = 0,
         seed: int | None = None,
         device: th.device | str = "auto",
+        torch_threads: int | None = None,
         _init_setup_model: bool = True,
     ):
+        self.torch_threads = check_torch_threads(torch_threads)
+        buffer_size, batch_size = check_replay_sizes(buffer_size, batch_size)
+        gamma = check_float("gamma", gamma, 0.0, 1.0)
+        tau = check_float("tau", tau, 0.0, 1.0)
+        learning_starts = check_int("learning_starts", learning_starts, minimum=0)
         if n_envs is not None and (isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)) or n_envs < 1):
             raise ValueError(f"Invalid n_envs={n_envs!r}: expected a positive integer or None")
         if isinstance(min_ready, bool) or not isinstance(min_ready, (int, np.integer)) or min_ready < 1:
@@ -352,10 +377,13 @@ class AEDDPG(TD3):
             self._setup_model()
 
     def _resolve_noise(self) -> None:
-        """Build the default noise (one random walk per env) and check a given random walk's stream count."""
+        """Build the default noise (one random walk per env), give a one-stream random walk one stream per env and
+        check a vectorised one's stream count."""
         if isinstance(self.action_noise, str):
             dim = int(np.prod(self.action_space.shape))  # type: ignore[arg-type]
             self.action_noise = RandomWalkActionNoise(np.zeros(dim), n_envs=self.n_envs)
+        elif isinstance(self.action_noise, RandomWalkActionNoise) and not isinstance(self.action_noise, VectorizedActionNoise):
+            self.action_noise = self.action_noise.for_envs(self.n_envs)
         if isinstance(self.action_noise, RandomWalkActionNoise) and self.action_noise.n_envs != self.n_envs:
             raise ValueError(
                 f"Invalid action_noise={self.action_noise!r}: it has {self.action_noise.n_envs} streams for {self.n_envs} envs"
@@ -404,6 +432,26 @@ class AEDDPG(TD3):
         backend = getattr(self, "backend", "mp")
         return dict(self.pool_kwargs, backend=backend, backend_kwargs=getattr(self, "backend_kwargs", None) or None)
 
+    def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
+        mark_saved_class(self)
+        super().save(path, exclude, include)
+
+    @classmethod
+    def load(
+        cls: type[SelfAEDDPG],
+        path: Any,
+        env: Any = None,
+        device: th.device | str = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfAEDDPG:
+        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by this algorithm (another
+        algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file)."""
+        check_saved_class(path, cls, marker="min_ready")
+        return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_caches", "_in_flight", "_episode_stats", "_pending", "_buffer_actions"]
 
@@ -424,8 +472,7 @@ class AEDDPG(TD3):
         tb_log_name: str = "run",
         progress_bar: bool = False,
     ) -> tuple[int, BaseCallback]:
-        if self.env is None and self.env_source is not None:  # learn() after load(): rebuild the saved env
-            self.set_env(self.env_source)
+        self._ensure_env()
         if self.env is None:
             raise ValueError("AEDDPG has no env to learn from: pass one to load(path, env=...) or set_env()")
         self._resolve_noise()
@@ -439,7 +486,19 @@ class AEDDPG(TD3):
                 self.action_noise.reset()
         self._pending = self._empty_pending()
         self._reset_collection_stats()
+        self.logger.record("config/torch_threads", th.get_num_threads())
         return result
+
+    def _ensure_env(self) -> None:
+        if self.env is None and self.env_source is not None:  # learn() after load(): rebuild the saved env
+            self.set_env(self.env_source)
+
+    def _env_processes(self) -> int:
+        """The env processes stepping on this machine (none for a pool of Ray actors or envs stepped in this process)."""
+        if self.env is None:
+            return 0
+        pool = self._pool_env().pool
+        return pool.n_workers if pool.backend == "mp" else 0
 
     def learn(
         self: SelfAEDDPG,
@@ -451,7 +510,10 @@ class AEDDPG(TD3):
         progress_bar: bool = False,
     ) -> SelfAEDDPG:
         try:
-            return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
+            # torch's default threads (one per core) next to busy env processes would oversubscribe the CPUs
+            self._ensure_env()
+            with threads_beside_workers(self._env_processes(), getattr(self, "torch_threads", None)):
+                return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
         except BaseException:
             # An env error, Ctrl-C or a failing callback: the steps in flight are lost; close the pool's processes now.
             if self.env is not None:
@@ -483,7 +545,7 @@ class AEDDPG(TD3):
 
     def _act_and_send(self, ids: list[int], learning_starts: int) -> None:
         """SB3's ``_sample_action`` for the envs in ``ids`` (one batched forward pass), then ``send``."""
-        assert self.env is not None and self._last_obs is not None
+        assert self._last_obs is not None
         obs = self._last_obs[ids]  # type: ignore[index]
         if self.num_timesteps < learning_starts:
             unscaled = np.array([self.action_space.sample() for _ in ids])
@@ -495,7 +557,7 @@ class AEDDPG(TD3):
             scaled = np.clip(scaled + noise, -1, 1)
         self._buffer_actions[ids] = scaled
         actions = self.policy.unscale_action(scaled)
-        self.env.pool.send({i: actions[k] for k, i in enumerate(ids)})
+        self._pool_env().pool.send({i: actions[k] for k, i in enumerate(ids)})
         self._in_flight.update(ids)
 
     def _store_transition_of(
@@ -574,7 +636,7 @@ class AEDDPG(TD3):
     ) -> RolloutReturn:
         """Receive the envs that are ready, store their transitions, act on them and send (they step while the learner
         trains), until ``train_freq`` transitions (or episodes) were collected."""
-        assert isinstance(env, PoolVecEnv), "AEDDPG's env is an AsyncEnvPool's PoolVecEnv"
+        pool = self._pool_env().pool
         self.policy.set_training_mode(False)
         if not hasattr(self, "_buffer_actions") or len(self._buffer_actions) != self.n_envs:
             shape = self.action_space.shape or ()
@@ -586,9 +648,9 @@ class AEDDPG(TD3):
         callback.on_rollout_start()
         while should_collect_more_steps(train_freq, n_transitions, n_episodes):
             start = time.perf_counter()
-            new_obs, rewards, terminations, truncations, infos = env.pool.recv(
-                min_ready=min(self.min_ready, len(self._in_flight))
-            )
+            new_obs, rewards, terminations, truncations, infos = pool.recv(min_ready=min(self.min_ready, len(self._in_flight)))
+            if isinstance(env, VecTransposeImage):  # the pool's envs are channel-last, the policy's space channel-first
+                new_obs, infos = _transposed(env, new_obs, infos)
             stats["recv_seconds"] += time.perf_counter() - start
             ids = list(new_obs)
             self._in_flight.difference_update(ids)
@@ -608,13 +670,23 @@ class AEDDPG(TD3):
             self._act_and_send(ids, learning_starts)
             self._update_current_progress_remaining(self.num_timesteps, self._total_timesteps)
             if not self._callbacks(callback, rewards):
+                show_final_timesteps(callback, self.num_timesteps)
                 return RolloutReturn(n_transitions, n_episodes, continue_training=False)
             for _ in ended:
                 self._episode_num += 1
                 if log_interval is not None and self._episode_num % log_interval == 0:
                     self.dump_logs()
         callback.on_rollout_end()
+        # Callbacks are called once per n_envs transitions: the transitions since the last call count too.
+        show_final_timesteps(callback, self.num_timesteps)
         return RolloutReturn(n_transitions, n_episodes, continue_training=True)
+
+    def _pool_env(self) -> PoolVecEnv:
+        """The :class:`PoolVecEnv` being trained on, under SB3's ``VecTransposeImage`` for image observations."""
+        env = self.env.venv if isinstance(self.env, VecTransposeImage) else self.env
+        if not isinstance(env, PoolVecEnv):
+            raise RuntimeError(f"AEDDPG trains on an AsyncEnvPool's PoolVecEnv, got {self.env!r}")
+        return env
 
     # ---------------------------------------------------------------- learning
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:

@@ -37,7 +37,7 @@ from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec
 from sb3_async.common.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
 from sb3_async.common.torch_utils import build_worker_policy
-from sb3_async.common.validation import check_float, check_int
+from sb3_async.common.validation import check_float, check_int, check_replay_sizes
 
 
 @dataclass
@@ -171,6 +171,8 @@ class ApeXAlgorithm(AsyncAlgorithm):
     """
 
     replay_buffer: PrioritizedReplayBuffer | None
+    workers_argument: ClassVar[str] = "n_actors"
+    envs_argument: ClassVar[str] = "n_envs_per_actor"
     #: Modules of the policy the learner publishes to the actors.
     published_modules: ClassVar[tuple[str, ...]]
     actor_model_class: ClassVar[type[ApeXActorModel]]
@@ -197,9 +199,8 @@ class ApeXAlgorithm(AsyncAlgorithm):
         n_envs_per_actor: int,
         **kwargs: Any,
     ):
-        self.buffer_size = check_int("buffer_size", buffer_size)
+        self.buffer_size, self.batch_size = check_replay_sizes(buffer_size, batch_size)
         self.learning_starts = check_int("learning_starts", learning_starts, minimum=0)
-        self.batch_size = check_int("batch_size", batch_size)
         self.gamma = check_float("gamma", gamma, 0.0, 1.0)
         self.n_steps = check_int("n_steps", n_steps)
         self.target_update_interval = check_int("target_update_interval", target_update_interval)

@@ -119,6 +119,7 @@ class ApeXDPG(ApeXAlgorithm):
         verbose: int = 0,
         seed: int | None = None,
         device: torch.device | str = "auto",
+        torch_threads: int | None = None,
         _init_setup_model: bool = True,
     ):
         self.actor_grad_clip = check_float("actor_grad_clip", actor_grad_clip)
@@ -157,6 +158,7 @@ class ApeXDPG(ApeXAlgorithm):
             verbose=verbose,
             seed=seed,
             device=device,
+            torch_threads=torch_threads,
             supported_action_spaces=(spaces.Box,),
         )
         if _init_setup_model:

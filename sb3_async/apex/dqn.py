@@ -21,7 +21,7 @@ from sb3_async.apex.returns import (
     weighted_squared_loss,
 )
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
-from sb3_async.common.exploration import epsilon_greedy
+from sb3_async.common.exploration import epsilon_greedy, epsilon_greedy_like
 from sb3_async.common.torch_utils import clip_grad_norm, to_tensor
 from sb3_async.common.validation import check_float
 
@@ -125,6 +125,7 @@ class ApeXDQN(ApeXAlgorithm):
         verbose: int = 0,
         seed: int | None = None,
         device: torch.device | str = "auto",
+        torch_threads: int | None = None,
         _init_setup_model: bool = True,
     ):
         self.max_grad_norm = check_float("max_grad_norm", max_grad_norm)
@@ -164,6 +165,7 @@ class ApeXDQN(ApeXAlgorithm):
             verbose=verbose,
             seed=seed,
             device=device,
+            torch_threads=torch_threads,
             supported_action_spaces=(spaces.Discrete,),
         )
         if _init_setup_model:
@@ -210,9 +212,8 @@ class ApeXDQN(ApeXAlgorithm):
         actions, state = self.policy.predict(observation, state, episode_start, deterministic=True)
         if deterministic:
             return actions, state
-        batch = np.atleast_1d(actions)
-        explored = epsilon_greedy(batch, self.exploration_rate, int(self.action_space.n), np.random.default_rng())  # type: ignore[attr-defined]
-        return (explored if np.ndim(actions) else explored[0]), state
+        n_actions = int(self.action_space.n)  # type: ignore[attr-defined]
+        return epsilon_greedy_like(actions, self.exploration_rate, n_actions, np.random.default_rng()), state
 
     def _train_batch(self, batch: PrioritizedArrays) -> tuple[float, np.ndarray]:
         self._update_learning_rate(self.policy.optimizer)

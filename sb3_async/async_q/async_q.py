@@ -25,6 +25,7 @@ from sb3_async.common.exploration import (
     PAPER_FINAL_EPSILONS,
     check_epsilons,
     epsilon_greedy,
+    epsilon_greedy_like,
     linear_epsilon,
     sample_final_epsilons,
 )
@@ -204,6 +205,7 @@ class AsyncQLearning(HogwildAlgorithm):
         start_method: str = "forkserver",
         backend_kwargs: dict[str, Any] | None = None,
         pause_for_eval: bool = True,
+        torch_threads: int | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -238,6 +240,7 @@ class AsyncQLearning(HogwildAlgorithm):
             start_method=start_method,
             backend_kwargs=backend_kwargs,
             pause_for_eval=pause_for_eval,
+            torch_threads=torch_threads,
             policy_kwargs=policy_kwargs,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,
@@ -303,9 +306,7 @@ class AsyncQLearning(HogwildAlgorithm):
         if deterministic:
             return actions, state
         n_actions = int(self.action_space.n)  # type: ignore[attr-defined]
-        batch = np.atleast_1d(actions)
-        explored = epsilon_greedy(batch, self.exploration_rate, n_actions, np.random.default_rng())
-        return explored.reshape(np.shape(actions)), state
+        return epsilon_greedy_like(actions, self.exploration_rate, n_actions, np.random.default_rng()), state
 
     def _log_extra(self) -> None:
         self.logger.record("rollout/exploration_rate", self.exploration_rate)

@@ -30,7 +30,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import safe_mean
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
-from sb3_async.common.callbacks import frozen_evaluations
+from sb3_async.common.callbacks import frozen_evaluations, show_final_timesteps
 from sb3_async.common.env_util import EnvRecipe, WorkerEnvsView
 from sb3_async.common.normalization import (
     attach_statistics,
@@ -42,10 +42,22 @@ from sb3_async.common.normalization import (
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
 from sb3_async.common.runtime.mp import start_forkserver
 from sb3_async.common.runtime.processes import START_METHODS, WorkerError
-from sb3_async.common.torch_utils import threads_beside_workers
+from sb3_async.common.save_util import check_saved_class, mark_saved_class
+from sb3_async.common.torch_utils import check_torch_threads, threads_beside_workers, usable_cpus
 from sb3_async.common.validation import check_backend, check_float, check_int
 
 SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
+
+#: Worker processes accepted on this machine (backend="mp"): the larger of MIN_WORKER_BOUND (the paper's 16 threads
+#: and more run on a small machine too) and MAX_WORKERS_PER_CPU per CPU; beyond, they only take turns on the cores.
+MAX_WORKERS_PER_CPU = 4
+MIN_WORKER_BOUND = 64
+
+
+def max_local_workers() -> int:
+    """The most worker processes an algorithm starts on this machine."""
+    return max(MIN_WORKER_BOUND, MAX_WORKERS_PER_CPU * usable_cpus())
+
 
 #: Seconds the workers have to finish after a callback stopped training (their last messages are received meanwhile).
 _STOP_SECONDS = 30.0
@@ -173,10 +185,15 @@ class AsyncAlgorithm(BaseAlgorithm):
     :param supported_action_spaces: action spaces the algorithm accepts
     :param pause_for_eval: park the workers while an ``EvalCallback`` evaluates inside ``learn()``, so it scores and
         saves one frozen policy, as with SB3's algorithms (default True; False: evaluations run while workers train)
+    :param torch_threads: torch threads of the main process during ``learn()``; None (default): the CPUs the workers on
+        this machine leave free, at least 1 (logged as ``config/torch_threads``); the caller's count is restored after
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {}
     policy: BasePolicy
+    #: The constructor's names for ``n_workers`` and ``n_envs_per_worker`` (Ape-X: ``n_actors``, ``n_envs_per_actor``).
+    workers_argument: ClassVar[str] = "n_workers"
+    envs_argument: ClassVar[str] = "n_envs_per_worker"
 
     def __init__(
         self,
@@ -196,13 +213,23 @@ class AsyncAlgorithm(BaseAlgorithm):
         device: torch.device | str = "auto",
         supported_action_spaces: tuple[type[spaces.Space], ...] | None = None,
         pause_for_eval: bool = True,
+        torch_threads: int | None = None,
     ):
+        self.torch_threads = check_torch_threads(torch_threads)
         if not isinstance(pause_for_eval, bool):
             raise TypeError(f"Invalid pause_for_eval={pause_for_eval!r}: expected True or False")
         self.pause_for_eval = pause_for_eval
-        self.n_workers = check_int("n_workers", (os.cpu_count() or 1) if n_workers is None else n_workers)
-        self.n_envs_per_worker = check_int("n_envs_per_worker", n_envs_per_worker)
+        name = self.workers_argument
+        self.n_workers = check_int(name, (os.cpu_count() or 1) if n_workers is None else n_workers)
+        self.n_envs_per_worker = check_int(self.envs_argument, n_envs_per_worker)
         check_backend(backend, backend_kwargs)
+        bound = max_local_workers()
+        if backend == "mp" and self.n_workers > bound:
+            raise ValueError(
+                f"Invalid {name}={self.n_workers}: at most {bound} worker processes on this machine (the larger of "
+                f"{MIN_WORKER_BOUND} and {MAX_WORKERS_PER_CPU} per CPU, {usable_cpus()} CPUs); more only take turns on the "
+                "cores (backend='ray' spreads workers over several machines)"
+            )
         if start_method not in START_METHODS:
             raise ValueError(f"Invalid start_method={start_method!r}: expected one of {', '.join(START_METHODS)}")
         self.backend, self.start_method = backend, start_method
@@ -352,7 +379,24 @@ class AsyncAlgorithm(BaseAlgorithm):
     def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
         if self._vec_normalize_env is not None:
             self._normalization_state = statistics_state(self._vec_normalize_env)
+        mark_saved_class(self)
         super().save(path, exclude, include)
+
+    @classmethod
+    def load(
+        cls: type[SelfAsyncAlgorithm],
+        path: Any,
+        env: Any = None,
+        device: torch.device | str = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfAsyncAlgorithm:
+        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by this algorithm (another
+        algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file)."""
+        check_saved_class(path, cls, marker="n_envs_per_worker")
+        return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
 
     def learn(
         self: SelfAsyncAlgorithm,
@@ -392,12 +436,15 @@ class AsyncAlgorithm(BaseAlgorithm):
         try:
             runtime.start(specs, worker_seed(self.seed), self.num_timesteps, total_timesteps)
             # torch's default threads (one per core) next to busy workers would oversubscribe the CPUs
-            with threads_beside_workers(runtime.local_workers()), frozen_evaluations(self, callback):
+            requested = getattr(self, "torch_threads", None)  # models saved before it existed: None
+            with threads_beside_workers(runtime.local_workers(), requested) as threads, frozen_evaluations(self, callback):
+                self.logger.record("config/torch_threads", threads)
                 self._supervise(runtime, callback, total_timesteps, log_interval, latest_obs)
         finally:
             self._runtime = None
             runtime.close()
             self._detach_normalization()
+        show_final_timesteps(callback, self.num_timesteps)
         callback.on_training_end()
         return self
 

@@ -48,6 +48,19 @@ def iter_callbacks(callback: BaseCallback) -> Iterator[BaseCallback]:
         stack.extend(reversed(children))
 
 
+def show_final_timesteps(callback: BaseCallback, num_timesteps: int) -> None:
+    """Set ``num_timesteps`` of ``callback`` and of every callback it holds to the model's final count, before
+    ``on_training_end()``.
+
+    SB3's callbacks copy ``model.num_timesteps`` in each ``on_step()``, which SB3's loops call after every env step, so
+    after ``learn()`` they hold the final count. Asynchronous workers finish their last steps after the last
+    ``on_step()`` (those steps are counted once they arrive); without this, a callback would see an earlier count than
+    the model's.
+    """
+    for item in iter_callbacks(callback):
+        item.num_timesteps = num_timesteps
+
+
 def evaluation_due(callback: EvalCallback) -> bool:
     """Whether ``callback._on_step()``, called now, evaluates: SB3's ``EvalCallback`` condition (``on_step()`` has
     already counted this call in ``n_calls``)."""

@@ -68,3 +68,10 @@ def epsilon_greedy(greedy_actions: np.ndarray, epsilon: FloatOrArray, n_actions:
     actions = greedy_actions.copy()
     actions[explore] = rng.integers(n_actions, size=int(explore.sum()))
     return actions
+
+
+def epsilon_greedy_like(greedy: np.ndarray, epsilon: float, n_actions: int, rng: np.random.Generator) -> np.ndarray:
+    """:func:`epsilon_greedy` for what a policy's ``predict()`` returned (a 0-d array for one observation, a 1-d array
+    for a batch): the result has the same type, dtype and shape, as SB3's ``DQN.predict`` returns."""
+    greedy = np.asarray(greedy)
+    return epsilon_greedy(np.atleast_1d(greedy), epsilon, n_actions, rng).reshape(greedy.shape)

@@ -7,12 +7,13 @@ reset to 0 at every episode end and kept inside ``[-bound, bound]``; see :class:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import DTypeLike
-from stable_baselines3.common.noise import VectorizedActionNoise
+from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 
 BoundMode = Literal["reflect", "clip", "leak"]
 BOUND_MODES: tuple[str, ...] = ("reflect", "clip", "leak")
@@ -41,21 +42,24 @@ def random_walk_step(y: np.ndarray, x: np.ndarray, bound: float, mode: BoundMode
     return np.where(folded <= 2.0 * bound, folded, period - folded) - bound
 
 
-class RandomWalkActionNoise(VectorizedActionNoise):
+class RandomWalkActionNoise(ActionNoise):
     """
     Random-walk action noise of AE-DDPG (`Zhang et al. <https://arxiv.org/abs/1903.00827>`_, §IV-C, eq. 10):
     ``y_t = y_{t-1} + x_t``, ``x_t ~ N(0, sigma^2 I)``, with ``y`` reset to 0 at episode ends and kept within bounds.
 
-    One independent stream per env (``n_envs``), drawn together from one generator, so the streams are independent
-    even with an explicit ``generator`` (SB3's ``VectorizedActionNoise`` deep-copies one noise, which copies its
-    generator too). Being a ``VectorizedActionNoise``, SB3 uses it as given when ``n_envs > 1`` and calls
-    ``reset(indices)`` for the envs whose episode ended.
+    Built as SB3's noises are (``RandomWalkActionNoise(mean, sigma)``), it is one stream, shape ``(action_dim,)``: SB3's
+    algorithms vectorise it per env (``VectorizedActionNoise`` copies it once per env, each copy drawing its own shots,
+    also with an explicit ``generator``) and AE-DDPG gives it one stream per env. With ``n_envs``, it holds one
+    independent stream per env, drawn together from one generator, and is a ``VectorizedActionNoise`` that SB3 uses as
+    given (it must then have as many streams as the algorithm has envs); SB3 calls ``reset(indices)`` for the envs
+    whose episode ended.
 
     :param mean: mean added to the walk, shape ``(action_dim,)`` (SB3 convention: zeros)
     :param sigma: standard deviation of the shots ``x_t`` (scalar or ``(action_dim,)``), in SB3's scaled action space
         ``[-1, 1]``. Default 0.05 chosen by measurement (docs/guide/replay.md): the walk crosses half the action range in
         about 100 steps, within one Pendulum episode, without sitting on the bounds; the paper gives no value.
-    :param n_envs: number of parallel envs, one stream each
+    :param n_envs: None (default): one stream, vectorised by the algorithm for any number of envs; an int: that many
+        streams, one per env, in one ``VectorizedActionNoise``
     :param bound: half-width of the interval the walk stays in; default 1.0, SB3's scaled action bound (the paper:
         the noise is kept inside the action bounds)
     :param bound_mode: ``"reflect"`` (default, chosen by measurement: no mass piles up on the bounds and the increments
@@ -66,11 +70,18 @@ class RandomWalkActionNoise(VectorizedActionNoise):
     :param dtype: dtype of the returned noise
     """
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> RandomWalkActionNoise:
+        # The type SB3 checks depends on n_envs: a VectorizedActionNoise is used as given, any other noise vectorised.
+        n_envs = kwargs.get("n_envs", args[2] if len(args) > 2 else None)
+        if cls is RandomWalkActionNoise and n_envs is not None:
+            cls = VectorizedRandomWalkActionNoise
+        return super().__new__(cls)
+
     def __init__(
         self,
         mean: np.ndarray,
         sigma: float | np.ndarray = 0.05,
-        n_envs: int = 1,
+        n_envs: int | None = None,
         bound: float = 1.0,
         bound_mode: BoundMode = "reflect",
         leak: float = 0.01,
@@ -83,8 +94,8 @@ class RandomWalkActionNoise(VectorizedActionNoise):
         sigma_arr = np.broadcast_to(np.asarray(sigma, dtype=np.float64), mean.shape).copy()
         if not np.all(np.isfinite(sigma_arr)) or np.any(sigma_arr < 0):
             raise ValueError(f"Invalid sigma={sigma!r}: expected finite non-negative values")
-        if not isinstance(n_envs, (int, np.integer)) or n_envs < 1:
-            raise ValueError(f"Invalid n_envs={n_envs!r}: expected a positive integer")
+        if n_envs is not None and (isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)) or n_envs < 1):
+            raise ValueError(f"Invalid n_envs={n_envs!r}: expected a positive integer or None")
         if not bound > 0 or not np.isfinite(bound):
             raise ValueError(f"Invalid bound={bound!r}: expected a positive finite number")
         if bound_mode not in BOUND_MODES:
@@ -93,8 +104,9 @@ class RandomWalkActionNoise(VectorizedActionNoise):
             raise ValueError(f"Invalid leak={leak!r}: expected a value in [0, 1]")
         if generator is not None and not isinstance(generator, np.random.Generator):
             raise TypeError(f"Invalid generator={generator!r}: expected a numpy.random.Generator or None")
-        # VectorizedActionNoise.__init__ deep-copies a base noise per env: the defect this class avoids, so not called.
-        self.n_envs = int(n_envs)
+        # VectorizedActionNoise.__init__ deep-copies a base noise per env: the streams are ours, so it is not called.
+        ActionNoise.__init__(self)
+        self.n_envs = 1 if n_envs is None else int(n_envs)
         self._mu = mean
         self._sigma = sigma_arr
         self.bound = float(bound)
@@ -103,14 +115,27 @@ class RandomWalkActionNoise(VectorizedActionNoise):
         self.generator = generator
         self._dtype = dtype
         self.walk = np.zeros((self.n_envs, mean.shape[0]), dtype=np.float64)
-        # SB3's VectorizedActionNoise attributes: this one noise holds every env's stream.
-        self._base_noise = self
-        self._noises = [self]
+
+    def for_envs(self, n_envs: int) -> RandomWalkActionNoise:
+        """A noise with the same settings and ``n_envs`` streams, starting from 0 (drawn from the same generator)."""
+        return RandomWalkActionNoise(
+            self._mu, self._sigma, n_envs, self.bound, self.bound_mode, self.leak, self.generator, self._dtype
+        )
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RandomWalkActionNoise:
+        # SB3's VectorizedActionNoise deep-copies one noise per env: a copy of an explicit generator would give every env
+        # the same shots, so each copy draws from its own child generator instead.
+        copied = copy.copy(self)
+        copied.walk = self.walk.copy()
+        if self.generator is not None:
+            copied.generator = self.generator.spawn(1)[0]
+        memo[id(self)] = copied
+        return copied
 
     def __call__(self) -> np.ndarray:
         noise = self.sample(range(self.n_envs))
-        # One env: the shape of SB3's single noises, (action_dim,)
-        return noise[0] if self.n_envs == 1 else noise
+        # One stream: the shape of SB3's single noises, (action_dim,)
+        return noise if isinstance(self, VectorizedActionNoise) and self.n_envs > 1 else noise[0]
 
     def sample(self, indices: Sequence[int]) -> np.ndarray:
         """
@@ -141,3 +166,14 @@ class RandomWalkActionNoise(VectorizedActionNoise):
             f"RandomWalkActionNoise(mu={self._mu}, sigma={self._sigma}, n_envs={self.n_envs}, bound={self.bound}, "
             f"bound_mode={self.bound_mode!r})"
         )
+
+
+class VectorizedRandomWalkActionNoise(RandomWalkActionNoise, VectorizedActionNoise):
+    """What ``RandomWalkActionNoise(..., n_envs=k)`` builds: one stream per env in one ``VectorizedActionNoise``, which
+    SB3 uses as given."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # SB3's VectorizedActionNoise attributes: this one noise holds every env's stream.
+        self._base_noise = self
+        self._noises = [self]

@@ -13,6 +13,8 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.utils import obs_as_tensor
 
+from sb3_async.common.validation import check_int
+
 _CPU = torch.device("cpu")
 
 
@@ -62,18 +64,28 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-@contextlib.contextmanager
-def threads_beside_workers(n_workers: int) -> Iterator[int]:
-    """Cap this process's torch intra-op threads at the CPUs that ``n_workers`` busy worker processes on this machine
-    leave free (at least 1) while the block runs; restore the previous count after it. Yields the count in force.
+def main_process_threads(cpus: int, busy_processes: int, current: int, requested: int | None = None) -> int:
+    """Torch intra-op threads for the main process while ``busy_processes`` processes (workers, actors, env processes)
+    run beside it on this machine's ``cpus`` CPUs: ``requested`` when the user gave a count; else the CPUs the others
+    leave free, at least 1 and never more than the ``current`` count (with no busy process: ``current``).
 
-    Torch starts as many threads as there are cores. Next to busy workers they oversubscribe the CPUs and every
+    Torch starts as many threads as there are cores. Next to busy processes they oversubscribe the CPUs and every
     small op of the learner waits for a preempted thread: Ape-X DQN's learner on CartPole, 2 actors on 2 cores,
-    measured 3.7-3.9 ms per batch with 2 threads against 1.8 with 1 (docs/design.md,
-    "Process-model decisions"). The count is only ever lowered, never raised above what the user set.
+    measured 3.7-3.9 ms per batch with 2 threads against 1.8 with 1 (docs/design.md, "Process-model decisions").
     """
+    if requested is not None:
+        return requested
+    if busy_processes <= 0:
+        return current
+    return min(current, max(1, cpus - busy_processes))
+
+
+@contextlib.contextmanager
+def threads_beside_workers(n_workers: int, requested: int | None = None) -> Iterator[int]:
+    """Set this process's torch intra-op threads to :func:`main_process_threads` for ``n_workers`` busy processes on
+    this machine while the block runs; restore the previous count after it. Yields the count in force."""
     before = torch.get_num_threads()
-    threads = min(before, max(1, usable_cpus() - n_workers)) if n_workers > 0 else before
+    threads = main_process_threads(usable_cpus(), n_workers, before, requested)
     if threads != before:
         torch.set_num_threads(threads)
     try:
@@ -81,6 +93,11 @@ def threads_beside_workers(n_workers: int) -> Iterator[int]:
     finally:
         if torch.get_num_threads() != before:
             torch.set_num_threads(before)
+
+
+def check_torch_threads(value: Any) -> int | None:
+    """``torch_threads`` as given to an algorithm: None (chosen from the free CPUs) or an integer >= 1."""
+    return None if value is None else check_int("torch_threads", value)
 
 
 class _NoOptimizer:

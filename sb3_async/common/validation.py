@@ -13,7 +13,7 @@ import math
 import numbers
 from typing import Any
 
-__all__ = ["BACKENDS", "check_backend", "check_float", "check_int", "check_nonnegative"]
+__all__ = ["BACKENDS", "check_backend", "check_float", "check_int", "check_nonnegative", "check_replay_sizes"]
 
 #: Where the workers (or the env pool's envs) run: processes on this machine, or Ray actors on a Ray cluster.
 BACKENDS = ("mp", "ray")
@@ -60,3 +60,12 @@ def check_backend(backend: Any, backend_kwargs: Any) -> None:
         raise TypeError(f"Invalid backend_kwargs={backend_kwargs!r}: expected a dict or None")
     if backend == "mp" and backend_kwargs:
         raise ValueError(f"Invalid backend_kwargs={backend_kwargs!r}: backend='mp' takes none")
+
+
+def check_replay_sizes(buffer_size: Any, batch_size: Any) -> tuple[int, int]:
+    """``(buffer_size, batch_size)`` of a replay learner: integers >= 1, a batch no larger than the buffer (it could
+    never be sampled), else ``ValueError`` naming both."""
+    buffer_size, batch_size = check_int("buffer_size", buffer_size), check_int("batch_size", batch_size)
+    if batch_size > buffer_size:
+        raise ValueError(f"Invalid batch_size={batch_size}: larger than buffer_size={buffer_size}, it could never be sampled")
+    return buffer_size, batch_size
