@@ -38,6 +38,7 @@ from sb3_async.common.env_worker import FINAL_INFO, FINAL_OBS
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.pool_vec_env import PoolVecEnv
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
+from sb3_async.common.save_util import AtomicReplaySaves, replay_file_errors
 from sb3_async.common.validation import check_backend
 
 SelfAEDDPG = TypeVar("SelfAEDDPG", bound="AEDDPG")
@@ -178,7 +179,7 @@ def make_pool_vec_env(
     return given, source
 
 
-class AEDDPG(TD3):
+class AEDDPG(AtomicReplaySaves, TD3):
     """
     Asynchronous Episodic DDPG (`Zhang et al. <https://arxiv.org/abs/1903.00827>`_): one actor-critic pair, ``n_envs``
     envs stepped asynchronously (§IV-A), episodic dual replay (§IV-B, Algorithms 1 and 2) and random-walk action noise
@@ -399,7 +400,8 @@ class AEDDPG(TD3):
         """SB3's ``load_replay_buffer``, for a buffer with one Memory column (the one AEDDPG saves); the running
         episodes' caches are dropped (their rows were in the replaced Memory)."""
         previous = self.replay_buffer
-        super().load_replay_buffer(path, truncate_last_traj)
+        with replay_file_errors(path):
+            super().load_replay_buffer(path, truncate_last_traj)
         assert self.replay_buffer is not None
         if self.replay_buffer.n_envs != 1:
             n_columns, self.replay_buffer = self.replay_buffer.n_envs, previous

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from stable_baselines3.common.save_util import load_from_pkl, save_to_pkl
+from stable_baselines3.common.save_util import load_from_pkl
 from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
 
@@ -36,6 +36,7 @@ from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedR
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec
 from sb3_async.common.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
+from sb3_async.common.save_util import AtomicReplaySaves, replay_file_errors
 from sb3_async.common.torch_utils import build_worker_policy
 from sb3_async.common.validation import check_float, check_int
 
@@ -144,7 +145,7 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
     env.close()
 
 
-class ApeXAlgorithm(AsyncAlgorithm):
+class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
     """Base class of :class:`~sb3_async.ApeXDQN` and :class:`~sb3_async.ApeXDPG`.
 
     :param buffer_size: replay capacity (transitions); oldest overwritten first (the paper's FIFO soft cap)
@@ -263,14 +264,10 @@ class ApeXAlgorithm(AsyncAlgorithm):
         self.replay_buffer = None
         self._reset_flow()
 
-    def save_replay_buffer(self, path: Any) -> None:
-        """Save the replay buffer (transitions and priorities) as a pickle file, as SB3's off-policy algorithms."""
-        assert self.replay_buffer is not None, "The replay buffer is not defined"
-        save_to_pkl(path, self.replay_buffer, self.verbose)
-
     def load_replay_buffer(self, path: Any) -> None:
-        """Load a replay buffer saved by :meth:`save_replay_buffer`."""
-        buffer = load_from_pkl(path, self.verbose)
+        """Load a replay buffer (transitions and priorities) saved by :meth:`save_replay_buffer`."""
+        with replay_file_errors(path):
+            buffer = load_from_pkl(path, self.verbose)
         if not isinstance(buffer, PrioritizedReplayBuffer):
             raise TypeError(
                 f"Invalid replay buffer in {path!r}: expected a PrioritizedReplayBuffer, got {type(buffer).__name__}"

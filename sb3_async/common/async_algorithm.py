@@ -23,7 +23,6 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch
 from gymnasium import spaces
-from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
@@ -42,6 +41,7 @@ from sb3_async.common.normalization import (
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
 from sb3_async.common.runtime.mp import start_forkserver
 from sb3_async.common.runtime.processes import START_METHODS, WorkerError
+from sb3_async.common.save_util import AtomicSaves
 from sb3_async.common.torch_utils import threads_beside_workers
 from sb3_async.common.validation import check_backend, check_float, check_int
 
@@ -150,7 +150,7 @@ class StatsReporter:
         self._episodes, self._train, self._counts = [], {}, {}
 
 
-class AsyncAlgorithm(BaseAlgorithm):
+class AsyncAlgorithm(AtomicSaves):
     """Base class of the asynchronous algorithms: SB3's ``learn()`` contract on top of the runtime.
 
     :param policy: policy class or alias (``"MlpPolicy"``, ``"CnnPolicy"``, ...)
