@@ -349,6 +349,18 @@ class AsyncAlgorithm(AtomicSaves):
         for venv in self._main_vec_normalizes():
             load_statistics_state(venv, state)
 
+    def load_saved_normalization(self) -> bool:
+        """Copy the ``VecNormalize`` statistics saved with the model into the training env's ``VecNormalize``.
+
+        ``load(path)`` without an env does this itself; ``load(path, env=...)`` keeps the statistics of the env given
+        (SB3's convention). Call this after it to resume from the model's own statistics instead (those of the moment
+        it was saved, e.g. a checkpoint's). Returns whether there were statistics to copy and an env to copy them to.
+        """
+        if self._vec_normalize_env is None or self._normalization_state is None:
+            return False
+        load_statistics_state(self._vec_normalize_env, self._normalization_state)
+        return True
+
     def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
         if self._vec_normalize_env is not None:
             self._normalization_state = statistics_state(self._vec_normalize_env)
