@@ -244,3 +244,16 @@ def test_zoo_checkpoints_resume_with_replay_and_normalization(tmp_path: Path) ->
     assert "Loading pretrained agent" in out
     resumed = ApeXDQN.load(tmp_path / "logs" / "apex_dqn" / "CartPole-v1_2" / "CartPole-v1.zip")
     assert resumed.num_timesteps >= steps + 600
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_soak_killed_runs_resume_and_still_learn(tmp_path: Path) -> None:
+    """benchmarks/scripts/soak_resume.py: ApeXDQN on CartPole-v1 killed with SIGKILL at 5 random moments, resumed each
+    time from its last checkpoint, still reaches the threshold."""
+    script = Path(sb3_async.__file__).resolve().parents[1] / "benchmarks" / "scripts" / "soak_resume.py"
+    command = [sys.executable, str(script), "--kills", "5", "--seed", "0", "--folder", str(tmp_path / "soak")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=1700)
+    print(result.stdout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stdout.count("start: resumed at") == 5 and "kills: 5" in result.stdout

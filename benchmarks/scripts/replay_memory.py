@@ -41,7 +41,8 @@ def fill(buffer: PrioritizedReplayBuffer, transitions: int, n_envs: int, n_steps
             stream["k"] += 1
             if stream["k"] == length:
                 new_length = int(rng.integers(200, 2000))
-                stream.update(frames=np.zeros((STACK - 1 + new_length + 1, *FRAME), np.uint8), length=new_length, k=0, filled=0)
+                frames = np.zeros((STACK - 1 + new_length + 1, *FRAME), np.uint8)
+                stream.update(frames=frames, length=new_length, k=0, filled=0)
             if len(block) == 50:
                 obs = np.stack([item[0] for item in block])[:, None]
                 next_obs = np.stack([item[1] for item in block])[:, None]
@@ -74,9 +75,7 @@ def main() -> None:
     for share_frames in (False, True):
         per_transition = measure(args.capacity, share_frames, args.envs, args.n_steps)
         name = "share_frames=True " if share_frames else "share_frames=False"
-        print(
-            f"{name}: {per_transition:,.0f} bytes per transition; 2M transitions: {per_transition * 2e6 / 2**30:.1f} GiB"
-        )
+        print(f"{name}: {per_transition:,.0f} bytes per transition; 2M transitions: {per_transition * 2e6 / 2**30:.1f} GiB")
 
 
 if __name__ == "__main__":
