@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -83,28 +84,29 @@ def run_child(args: argparse.Namespace, kill_after: float | None) -> bool:
     root = str(Path(__file__).resolve().parents[2])  # this checkout's sb3_async, wherever the script is run from
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True, env=env)
-    assert process.stdout is not None
-    deadline = None
-    os.set_blocking(process.stdout.fileno(), False)
-    buffered = ""
-    while process.poll() is None:
-        chunk = process.stdout.read() or ""
-        buffered += chunk
-        while "\n" in buffered:
-            line, buffered = buffered.split("\n", 1)
+    training = threading.Event()
+
+    def relay() -> None:  # the child's progress lines, as they come
+        assert process.stdout is not None
+        for line in process.stdout:
             if line.startswith(("start:", "done:")):
-                print(f"  {line}", flush=True)
-            if line == "training" and kill_after is not None:
-                deadline = time.monotonic() + kill_after
+                print(f"  {line.rstrip()}", flush=True)
+            elif line.strip() == "training":
+                training.set()
+
+    reader = threading.Thread(target=relay, daemon=True)
+    reader.start()
+    deadline = None
+    while process.poll() is None:
+        if deadline is None and training.is_set() and kill_after is not None:
+            deadline = time.monotonic() + kill_after
         if deadline is not None and time.monotonic() >= deadline:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+            reader.join(timeout=5)
             return True
         time.sleep(0.05)
-    rest = buffered + (process.stdout.read() or "")
-    for line in rest.splitlines():
-        if line.startswith(("start:", "done:")):
-            print(f"  {line}", flush=True)
+    reader.join(timeout=5)
     if process.returncode != 0:
         raise SystemExit(f"the training child failed with exit code {process.returncode}")
     return False
