@@ -27,16 +27,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import gymnasium as gym
 import optuna
 from rl_zoo3 import hyperparams_opt
 from rl_zoo3.utils import ALGOS
+from stable_baselines3.common.callbacks import CheckpointCallback
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from torch import nn
@@ -244,14 +249,73 @@ class ZooAlgorithm:
 
     def load(self, path: Any, env: VecEnv | None = None, **kwargs: Any) -> AsyncAlgorithm | AEDDPG:
         """``algo_class.load``; with an env (continued training, ``record_video``) checked and copied as in
-        :meth:`__call__`; worker counts in ``kwargs`` are resolved against ``env.num_envs``, else the saved ones stay."""
+        :meth:`__call__`; worker counts in ``kwargs`` are resolved against ``env.num_envs``, else the saved ones stay.
+
+        Continued training (``-i``) resumes from the state saved with the model: its ``VecNormalize`` statistics
+        (those of the moment it was saved, not of a ``vecnormalize.pkl`` written at another moment) and, for a
+        checkpoint ``<prefix>_<N>_steps.zip``, the replay buffer saved beside it (``<prefix>_replay_buffer_<N>_steps.pkl``,
+        written with ``--save-replay-buffer``)."""
         if not isinstance(env, VecEnv):
             return self.algo_class.load(path, env=env, **kwargs)
         base = _check_zoo_env(env)
         if any(name in kwargs for name in (*(self.worker_names or ()), "n_workers", "n_envs_per_worker")):
             kwargs.update(self._worker_kwargs(env, kwargs))
         with _without_monitor_files(base):
-            return self.algo_class.load(path, env=env, **kwargs)
+            model = self.algo_class.load(path, env=env, **kwargs)
+        if isinstance(model, AsyncAlgorithm):
+            model.load_saved_normalization()
+        replay = checkpoint_replay_path(path)
+        if replay is not None and replay.is_file() and hasattr(model, "load_replay_buffer"):
+            model.load_replay_buffer(replay)
+        return model
+
+
+def checkpoint_replay_path(path: Any) -> Path | None:
+    """The replay buffer file ``CheckpointCallback`` writes beside the checkpoint ``path``
+    (``<prefix>_<N>_steps.zip`` → ``<prefix>_replay_buffer_<N>_steps.pkl``); None if ``path`` is not a checkpoint's."""
+    if not isinstance(path, (str, os.PathLike)):
+        return None
+    match = re.fullmatch(r"(.*)_(\d+)_steps(\.zip)?", Path(path).name)
+    if match is None:
+        return None
+    return Path(path).with_name(f"{match.group(1)}_replay_buffer_{match.group(2)}_steps.pkl")
+
+
+@contextlib.contextmanager
+def _resumable_runs() -> Iterator[None]:
+    """What the zoo's ``train`` does for our algorithms on top of its own:
+
+    - its ``--save-freq`` checkpoints also save the replay buffer (with ``--save-replay-buffer``) and the
+      ``VecNormalize`` statistics (with ``normalize``), so that ``-i <checkpoint>`` resumes with them
+      (:meth:`ZooAlgorithm.load`); the zoo itself saves those only at the end of training;
+    - continued training (``-i``) continues the step count (``learn(reset_num_timesteps=False)``): ``-n N`` trains
+      ``N`` more steps, and the schedules, logs and checkpoint names go on from the saved count.
+    """
+    from rl_zoo3.exp_manager import ExperimentManager
+
+    create_callbacks, learn = ExperimentManager.create_callbacks, ExperimentManager.learn
+
+    def continuing(manager: ExperimentManager, model: Any) -> None:
+        if not (manager.continue_training and zoo_algorithm(manager.algo) is not None):
+            learn(manager, model)
+            return
+        with mock.patch.object(model, "learn", functools.partial(model.learn, reset_num_timesteps=False)):
+            learn(manager, model)
+
+    def with_state(manager: ExperimentManager) -> None:
+        create_callbacks(manager)
+        if zoo_algorithm(manager.algo) is None:
+            return
+        for callback in manager.callbacks:
+            if isinstance(callback, CheckpointCallback):
+                callback.save_replay_buffer = bool(manager.save_replay_buffer)
+                callback.save_vecnormalize = bool(manager.normalize)
+
+    with (
+        mock.patch.object(ExperimentManager, "create_callbacks", with_state),
+        mock.patch.object(ExperimentManager, "learn", continuing),
+    ):
+        yield
 
 
 #: The algorithms registered in the zoo, one entry each (a new algorithm joins with one line and its YAML file).
@@ -374,7 +438,8 @@ def run_zoo(script: str, argv: Sequence[str] | None = None) -> None:
         if script == "train":
             from rl_zoo3.train import train
 
-            train()
+            with _resumable_runs():
+                train()
         elif script == "enjoy":
             from rl_zoo3.enjoy import enjoy
 

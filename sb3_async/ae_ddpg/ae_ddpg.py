@@ -32,7 +32,7 @@ from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
 from sb3_async.common.callbacks import show_final_timesteps
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
-from sb3_async.common.save_util import check_saved_class, mark_saved_class
+from sb3_async.common.save_util import AtomicReplaySaves, check_saved_class, mark_saved_class, replay_file_errors
 from sb3_async.common.torch_utils import check_torch_threads, threads_beside_workers
 from sb3_async.common.validation import check_backend, check_float, check_int, check_replay_sizes
 from sb3_async.env_pool import AsyncEnvPool, EnvPoolBase
@@ -180,7 +180,7 @@ def _transposed(
     return obs, infos
 
 
-class AEDDPG(TD3):
+class AEDDPG(AtomicReplaySaves, TD3):
     """
     Asynchronous Episodic DDPG (`Zhang et al. <https://arxiv.org/abs/1903.00827>`_): one actor-critic pair, ``n_envs``
     envs stepped asynchronously (§IV-A), episodic dual replay (§IV-B, Algorithms 1 and 2) and random-walk action noise
@@ -414,7 +414,8 @@ class AEDDPG(TD3):
         """SB3's ``load_replay_buffer``, for a buffer with one Memory column (the one AEDDPG saves); the running
         episodes' caches are dropped (their rows were in the replaced Memory)."""
         previous = self.replay_buffer
-        super().load_replay_buffer(path, truncate_last_traj)
+        with replay_file_errors(path):
+            super().load_replay_buffer(path, truncate_last_traj)
         assert self.replay_buffer is not None
         if self.replay_buffer.n_envs != 1:
             n_columns, self.replay_buffer = self.replay_buffer.n_envs, previous

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from stable_baselines3.common.save_util import load_from_pkl, save_to_pkl
+from stable_baselines3.common.save_util import load_from_pkl
 from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
 
@@ -36,6 +36,7 @@ from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedR
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec
 from sb3_async.common.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
+from sb3_async.common.save_util import AtomicReplaySaves, replay_file_errors
 from sb3_async.common.torch_utils import build_worker_policy
 from sb3_async.common.validation import check_float, check_int, check_replay_sizes
 
@@ -83,7 +84,10 @@ def published_parameters(policy: nn.Module, names: tuple[str, ...]) -> list[torc
 
 def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
     """One Ape-X actor (Algorithm 1)."""
-    env = cfg.env_recipe.make_vec_env(cfg.n_envs, seed=ctx.base_seed + ctx.rank * cfg.n_envs)
+    # A VecNormalize among the env's wrappers updates the statistics all actors share (slot rank + 1 is this actor's)
+    env = cfg.env_recipe.make_vec_env(
+        cfg.n_envs, ctx.base_seed + ctx.rank * cfg.n_envs, ctx.shared.get("normalization"), slot=ctx.rank + 1
+    )
     policy = build_worker_policy(cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule, cfg.policy_kwargs)
     policy.set_training_mode(False)
     local = published_parameters(policy, cfg.published)
@@ -144,7 +148,7 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
     env.close()
 
 
-class ApeXAlgorithm(AsyncAlgorithm):
+class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
     """Base class of :class:`~sb3_async.ApeXDQN` and :class:`~sb3_async.ApeXDPG`.
 
     :param buffer_size: replay capacity (transitions); oldest overwritten first (the paper's FIFO soft cap)
@@ -164,7 +168,8 @@ class ApeXAlgorithm(AsyncAlgorithm):
     :param replay_ratio: None (the paper: actors and learner each as fast as they can), or transitions the learner
         replays per transition inserted once learning started; the learner then holds blocks back when it is behind
         (its actors wait) and waits for data when it is ahead: SB3's fixed ``train_freq``/``gradient_steps`` ratio,
-        independent of how fast each side runs on a shared machine
+        independent of how fast each side runs on a shared machine; the blocks still held back when ``learn()`` ends
+        (however it ends) are inserted then, so the replay keeps every transition received
     :param n_actors: actor processes
     :param n_envs_per_actor: envs stepped by each actor
     Other arguments: :class:`~sb3_async.common.async_algorithm.AsyncAlgorithm`.
@@ -264,14 +269,14 @@ class ApeXAlgorithm(AsyncAlgorithm):
         self.replay_buffer = None
         self._reset_flow()
 
-    def save_replay_buffer(self, path: Any) -> None:
-        """Save the replay buffer (transitions and priorities) as a pickle file, as SB3's off-policy algorithms."""
-        assert self.replay_buffer is not None, "The replay buffer is not defined"
-        save_to_pkl(path, self.replay_buffer, self.verbose)
+    def load_replay_buffer(self, path: Any, truncate_last_traj: bool = True) -> None:
+        """Load a replay buffer (transitions and priorities) saved by :meth:`save_replay_buffer`.
 
-    def load_replay_buffer(self, path: Any) -> None:
-        """Load a replay buffer saved by :meth:`save_replay_buffer`."""
-        buffer = load_from_pkl(path, self.verbose)
+        :param path: the pickle file
+        :param truncate_last_traj: unused (SB3's argument for ``HerReplayBuffer``; the zoo passes it)
+        """
+        with replay_file_errors(path):
+            buffer = load_from_pkl(path, self.verbose)
         if not isinstance(buffer, PrioritizedReplayBuffer):
             raise TypeError(
                 f"Invalid replay buffer in {path!r}: expected a PrioritizedReplayBuffer, got {type(buffer).__name__}"
@@ -355,11 +360,11 @@ class ApeXAlgorithm(AsyncAlgorithm):
         """Whether the learner has replayed ``replay_ratio`` transitions per transition inserted since it started."""
         return self.replay_ratio is None or self._flow["replayed"] >= self.replay_ratio * self._flow["inserted_learning"]
 
-    def _insert_ready(self) -> None:
+    def _insert_ready(self, everything: bool = False) -> None:
         """Insert the received blocks, or with ``replay_ratio`` only as many as keep the ratio (the others wait, and
-        their actors with them once they have ``max_blocks_in_flight`` blocks waiting)."""
+        their actors with them once they have ``max_blocks_in_flight`` blocks waiting); ``everything``: all of them."""
         assert self.replay_buffer is not None
-        while self._held and (not self._learning() or self._ratio_reached()):
+        while self._held and (everything or not self._learning() or self._ratio_reached()):
             rank, block, priorities = self._held.popleft()
             n = len(block.returns)
             learning = self._learning()
@@ -379,6 +384,16 @@ class ApeXAlgorithm(AsyncAlgorithm):
                 self._flow["inserted_learning"] += n
             self._inserted[rank] += 1
             self._published_changed("inserted")
+
+    def _supervise(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super()._supervise(*args, **kwargs)
+        finally:
+            # However learn() ends (its budget, a callback, Ctrl-C, an error), the blocks replay_ratio held back go
+            # into the replay: the ratio paces the learner, it does not discard experience, and a replay saved after
+            # learn() holds every transition received.
+            if self.replay_buffer is not None:
+                self._insert_ready(everything=True)
 
     @abstractmethod
     def _train_batch(self, batch: PrioritizedArrays) -> tuple[float, np.ndarray]:

@@ -23,7 +23,6 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch
 from gymnasium import spaces
-from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
@@ -42,7 +41,7 @@ from sb3_async.common.normalization import (
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
 from sb3_async.common.runtime.mp import start_forkserver
 from sb3_async.common.runtime.processes import START_METHODS, WorkerError
-from sb3_async.common.save_util import check_saved_class, mark_saved_class
+from sb3_async.common.save_util import AtomicSaves, check_saved_class, mark_saved_class
 from sb3_async.common.torch_utils import check_torch_threads, threads_beside_workers, usable_cpus
 from sb3_async.common.validation import check_backend, check_float, check_int
 
@@ -162,7 +161,7 @@ class StatsReporter:
         self._episodes, self._train, self._counts = [], {}, {}
 
 
-class AsyncAlgorithm(BaseAlgorithm):
+class AsyncAlgorithm(AtomicSaves):
     """Base class of the asynchronous algorithms: SB3's ``learn()`` contract on top of the runtime.
 
     :param policy: policy class or alias (``"MlpPolicy"``, ``"CnnPolicy"``, ...)
@@ -375,6 +374,18 @@ class AsyncAlgorithm(BaseAlgorithm):
         state = statistics_state(self._vec_normalize_env)
         for venv in self._main_vec_normalizes():
             load_statistics_state(venv, state)
+
+    def load_saved_normalization(self) -> bool:
+        """Copy the ``VecNormalize`` statistics saved with the model into the training env's ``VecNormalize``.
+
+        ``load(path)`` without an env does this itself; ``load(path, env=...)`` keeps the statistics of the env given
+        (SB3's convention). Call this after it to resume from the model's own statistics instead (those of the moment
+        it was saved, e.g. a checkpoint's). Returns whether there were statistics to copy and an env to copy them to.
+        """
+        if self._vec_normalize_env is None or self._normalization_state is None:
+            return False
+        load_statistics_state(self._vec_normalize_env, self._normalization_state)
+        return True
 
     def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
         if self._vec_normalize_env is not None:

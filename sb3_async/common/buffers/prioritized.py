@@ -8,9 +8,10 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.buffers import ReplayBuffer
+from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer
 from stable_baselines3.common.vec_env import VecNormalize
 
+from sb3_async.common.buffers.frames import FramePool, is_frame_space
 from sb3_async.common.buffers.n_step import check_n_steps, n_step_batch
 from sb3_async.common.buffers.sum_tree import SumTree
 
@@ -92,6 +93,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         Schaul et al. §3.3) so no transition becomes unsampleable; 1e-6 (the paper gives no value)
     :param n_steps: n of n-step returns (1: one-step transitions, ``discounts`` is None as in SB3's ``ReplayBuffer``)
     :param gamma: discount of the n-step returns (used only when ``n_steps > 1``)
+    :param share_frames: store each distinct frame of image observations once
+        (:class:`~sb3_async.common.buffers.frames.FramePool`: stacked frames and next observations by reference,
+        samples identical to full copies); default: on for channel-first uint8 images, off otherwise
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         eps: float = 1e-6,
         n_steps: int = 1,
         gamma: float = 0.99,
+        share_frames: bool | None = None,
     ) -> None:
         if isinstance(observation_space, spaces.Dict):
             raise ValueError(
@@ -121,15 +126,27 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if not eps > 0:
             raise ValueError(f"Invalid eps={eps!r}: expected a positive number")
         check_n_steps(n_steps, optimize_memory_usage)
-        super().__init__(
-            buffer_size,
-            observation_space,
-            action_space,
-            device=device,
-            n_envs=n_envs,
-            optimize_memory_usage=optimize_memory_usage,
-            handle_timeout_termination=handle_timeout_termination,
-        )
+        self.share_frames = is_frame_space(observation_space) and not optimize_memory_usage
+        if share_frames is not None:
+            if share_frames and not is_frame_space(observation_space):
+                raise ValueError(
+                    f"Invalid share_frames=True for observation_space={observation_space}: expected channel-first uint8 images"
+                )
+            if share_frames and optimize_memory_usage:
+                raise ValueError("Invalid share_frames=True with optimize_memory_usage=True: choose one storage")
+            self.share_frames = bool(share_frames)
+        if self.share_frames:
+            self._init_frame_storage(buffer_size, observation_space, action_space, device, n_envs, handle_timeout_termination)
+        else:
+            super().__init__(
+                buffer_size,
+                observation_space,
+                action_space,
+                device=device,
+                n_envs=n_envs,
+                optimize_memory_usage=optimize_memory_usage,
+                handle_timeout_termination=handle_timeout_termination,
+            )
         self.alpha = float(alpha)
         self.beta = float(beta)
         self.eps = float(eps)
@@ -140,6 +157,40 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.write_counts = np.zeros(self.capacity, dtype=np.int64)
         self.max_priority = 1.0
         self._outputs: dict[str, np.ndarray] = {}
+
+    def _init_frame_storage(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: th.device | str,
+        n_envs: int,
+        handle_timeout_termination: bool,
+    ) -> None:
+        """SB3's ``ReplayBuffer`` arrays, with frame ids instead of the observation arrays."""
+        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device=device, n_envs=n_envs)
+        self.buffer_size = max(buffer_size // n_envs, 1)
+        self.optimize_memory_usage = False
+        self.handle_timeout_termination = handle_timeout_termination
+        action_dtype = self._maybe_cast_dtype(action_space.dtype)
+        self.actions = np.zeros((self.buffer_size, self.n_envs, self.action_dim), dtype=action_dtype)
+        self.rewards = np.zeros((self.buffer_size, self.n_envs), dtype=np.float32)
+        self.dones = np.zeros((self.buffer_size, self.n_envs), dtype=np.float32)
+        self.timeouts = np.zeros((self.buffer_size, self.n_envs), dtype=np.float32)
+        stack, *frame_shape = self.obs_shape
+        chunk = int(np.clip(self.buffer_size * self.n_envs // 16, 1024, 65536))  # growth by ~1/16 of the capacity
+        self.frames = FramePool(tuple(frame_shape), observation_space.dtype, chunk_frames=chunk)
+        # frame ids of each stored observation and next observation; -1: empty
+        self.obs_frames = np.full((self.buffer_size, self.n_envs, stack), -1, dtype=np.int32)
+        self.next_obs_frames = np.full((self.buffer_size, self.n_envs, stack), -1, dtype=np.int32)
+
+    def _store_frames(self, rows: slice, obs: np.ndarray, next_obs: np.ndarray) -> None:
+        """share_frames: the observations of ``rows`` become ``obs`` and ``next_obs``; the replaced ones' frames lose a
+        reference (after the new ones are added, so that a frame both keep is not stored again)."""
+        old = np.concatenate([self.obs_frames[rows].reshape(-1), self.next_obs_frames[rows].reshape(-1)])
+        self.obs_frames[rows] = self.frames.add(obs).reshape(self.obs_frames[rows].shape)
+        self.next_obs_frames[rows] = self.frames.add(next_obs).reshape(self.next_obs_frames[rows].shape)
+        self.frames.release(old[old >= 0])
 
     def add(
         self,
@@ -157,6 +208,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
         :param priorities: initial priorities ``|delta|`` of the ``n_envs`` transitions (e.g. from an Ape-X actor)
         """
+        if self.share_frames:
+            self.extend(
+                np.asarray(obs)[None],
+                np.asarray(next_obs)[None],
+                np.asarray(action)[None],
+                np.asarray(reward)[None],
+                np.asarray(done)[None],
+                [infos],
+                priorities=None if priorities is None else np.asarray(priorities)[None],
+            )
+            return
         new = self._initial_priorities(priorities, self.n_envs)
         pos = self.pos
         super().add(obs, next_obs, action, reward, done, infos)
@@ -208,8 +270,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         offset = 0
         for row, length in runs:
             rows, part = slice(row, row + length), slice(offset, offset + length)
-            self.observations[rows] = obs[part]
-            if not self.optimize_memory_usage:
+            if self.share_frames:
+                self._store_frames(rows, obs[part], next_obs[part])
+            else:
+                self.observations[rows] = obs[part]
+            if not self.optimize_memory_usage and not self.share_frames:
                 self.next_observations[rows] = next_obs[part]
             self.actions[rows] = action[part]
             self.rewards[rows] = reward[part]
@@ -295,7 +360,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         weights = importance_weights(leaf_values, self.tree.min, beta).astype(np.float32).reshape(-1, 1)
         indices = slots + self.capacity * (self.write_counts[slots] - 1)
         rows, env_inds = np.divmod(slots, self.n_envs)
-        obs = self._gather_obs("observations", self.observations, slots)
+        obs = self._gather_obs("observations", self._obs_table(), slots)
         actions = np.take(
             self.actions.reshape(self.capacity, -1),
             slots,
@@ -316,14 +381,15 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 self.gamma,
                 lambda r: self._normalize_reward(r, env),
             )
-            next_obs = self._gather_obs("next_observations", self.next_observations, batch.last_inds * self.n_envs + env_inds)
+            next_slots = batch.last_inds * self.n_envs + env_inds
+            next_obs = self._gather_obs("next_observations", self._obs_table(following=True), next_slots)
             rewards, dones, discounts = batch.rewards, batch.dones, batch.discounts
         else:
             if self.optimize_memory_usage:
                 next_slots = ((rows + 1) % self.buffer_size) * self.n_envs + env_inds
                 next_obs = self._gather_obs("next_observations", self.observations, next_slots)
             else:
-                next_obs = self._gather_obs("next_observations", self.next_observations, slots)
+                next_obs = self._gather_obs("next_observations", self._obs_table(following=True), slots)
             flat_dones = self.dones.reshape(-1)[slots]
             dones = (flat_dones * (1 - self.timeouts.reshape(-1)[slots])).reshape(-1, 1)
             rewards = self._normalize_reward(self.rewards.reshape(-1)[slots].reshape(-1, 1), env)
@@ -332,7 +398,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             next_obs = cast(np.ndarray, self._normalize_obs(next_obs, env))
         return PrioritizedArrays(obs, actions, next_obs, dones, rewards, discounts, weights, indices)
 
+    def _obs_table(self, following: bool = False) -> np.ndarray:
+        """The observations (``following``: the next observations) of every slot: arrays, or frame ids with
+        share_frames."""
+        if self.share_frames:
+            return self.next_obs_frames if following else self.obs_frames
+        return self.next_observations if following else self.observations
+
     def _gather_obs(self, name: str, source: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        if self.share_frames:
+            out = self._out(name, (len(slots), *self.obs_shape), self.frames.dtype)
+            return self.frames.gather(source.reshape(self.capacity, -1)[slots], out)
         flat = source.reshape(self.capacity, *self.obs_shape)
         out = self._out(name, (len(slots), *self.obs_shape), source.dtype)
         # mode="clip" skips the bounds check (slots are in range): much faster for large frames
