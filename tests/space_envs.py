@@ -20,6 +20,33 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 KINDS = ("box", "discrete", "multidiscrete", "multibinary", "dict", "tuple")  # "image" too, for observations
 
 
+def assert_same(ours: Any, theirs: Any, path: str = "") -> None:
+    """Equal values of the same types (arrays: same dtype and shape; a dict and an OrderedDict are both dicts), but for
+    the wall-clock time of VecMonitor's episodes."""
+    if isinstance(theirs, dict):
+        if path.endswith("['episode']"):
+            ours, theirs = {k: v for k, v in ours.items() if k != "t"}, {k: v for k, v in theirs.items() if k != "t"}
+        assert isinstance(ours, dict), f"{path}: {type(ours)} is not a dict"
+        assert list(ours) == list(theirs) or set(ours) == set(theirs), f"{path}: keys {list(ours)} != {list(theirs)}"
+        for key in theirs:
+            assert_same(ours[key], theirs[key], f"{path}[{key!r}]")
+    elif isinstance(theirs, (tuple, list)):
+        assert type(ours) is type(theirs) and len(ours) == len(theirs), f"{path}: {ours!r} != {theirs!r}"
+        for k, (a, b) in enumerate(zip(ours, theirs)):
+            assert_same(a, b, f"{path}[{k}]")
+    elif isinstance(theirs, np.ndarray) and theirs.dtype == object:  # gymnasium's final_obs
+        assert isinstance(ours, np.ndarray) and ours.dtype == object and ours.shape == theirs.shape, f"{path}: {ours!r}"
+        for k, (a, b) in enumerate(zip(ours, theirs)):
+            assert_same(a, b, f"{path}[{k}]")
+    elif isinstance(theirs, np.ndarray):
+        assert isinstance(ours, np.ndarray), f"{path}: {type(ours)} is not an array"
+        assert (ours.dtype, ours.shape) == (theirs.dtype, theirs.shape), f"{path}: {ours.dtype}{ours.shape} != {theirs.dtype}"
+        np.testing.assert_array_equal(ours, theirs, err_msg=path)
+    else:
+        assert type(ours) is type(theirs), f"{path}: {type(ours).__name__} != {type(theirs).__name__}"
+        assert ours == theirs, f"{path}: {ours!r} != {theirs!r}"
+
+
 def make_space(kind: str) -> spaces.Space:
     """A space of each kind (Dict and Tuple ones hold the flat kinds)."""
     if kind == "box":

@@ -24,36 +24,13 @@ from stable_baselines3.common.vec_env import (
 
 from sb3_async import AsyncEnvPool
 from sb3_async.env_pool import EnvError
-from tests.space_envs import KINDS, SpaceEnv, Tagged, space_env_factories
+from tests.space_envs import KINDS, SpaceEnv, Tagged, assert_same, space_env_factories
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 N_ENVS = 3
 #: Where the envs step: two worker processes, this process only, one worker and one env here.
 LAYOUTS = [{"n_workers": 2}, {"n_workers": 0}, {"n_workers": 1, "local_envs": 1}]
-
-
-def assert_same(ours: Any, theirs: Any, path: str = "") -> None:
-    """Equal values of the same types (arrays: same dtype and shape; a dict and an OrderedDict are both dicts), but for
-    the wall-clock time of VecMonitor's episodes."""
-    if isinstance(theirs, dict):
-        if path.endswith("['episode']"):
-            ours, theirs = {k: v for k, v in ours.items() if k != "t"}, {k: v for k, v in theirs.items() if k != "t"}
-        assert isinstance(ours, dict), f"{path}: {type(ours)} is not a dict"
-        assert list(ours) == list(theirs) or set(ours) == set(theirs), f"{path}: keys {list(ours)} != {list(theirs)}"
-        for key in theirs:
-            assert_same(ours[key], theirs[key], f"{path}[{key!r}]")
-    elif isinstance(theirs, (tuple, list)):
-        assert type(ours) is type(theirs) and len(ours) == len(theirs), f"{path}: {ours!r} != {theirs!r}"
-        for k, (a, b) in enumerate(zip(ours, theirs)):
-            assert_same(a, b, f"{path}[{k}]")
-    elif isinstance(theirs, np.ndarray):
-        assert isinstance(ours, np.ndarray), f"{path}: {type(ours)} is not an array"
-        assert (ours.dtype, ours.shape) == (theirs.dtype, theirs.shape), f"{path}: {ours.dtype}{ours.shape} != {theirs.dtype}"
-        np.testing.assert_array_equal(ours, theirs, err_msg=path)
-    else:
-        assert type(ours) is type(theirs), f"{path}: {type(ours).__name__} != {type(theirs).__name__}"
-        assert ours == theirs, f"{path}: {ours!r} != {theirs!r}"
 
 
 def batch_of_actions(space: spaces.Space, rng_space: spaces.Space, n: int) -> Any:
