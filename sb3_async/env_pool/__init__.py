@@ -7,11 +7,11 @@
 - :mod:`~sb3_async.env_pool.worker`: a group of envs and the worker process's loop;
 - :mod:`~sb3_async.env_pool.processes`, :mod:`~sb3_async.env_pool.ray_hosts`,
   :mod:`~sb3_async.env_pool.envpool_engine`: the worker processes, the Ray hosts, EnvPool's threads;
-- :mod:`~sb3_async.env_pool.vec_env`: the SB3 view.
+- :mod:`~sb3_async.env_pool.vec_env`: the SB3 view; :mod:`~sb3_async.env_pool.gym_vector`: the gymnasium view.
 
 Imports go one way: ``buffers`` <- ``worker`` <- ``processes``/``ray_hosts``/``envpool_engine`` <- ``core`` <-
-``vec_env`` <- ``pool``. Nothing here imports torch except the SB3 view, which is imported lazily (PEP
-562), so that env workers importing this package stay torch-free.
+``vec_env``/``gym_vector`` <- ``pool``. Nothing here imports torch except the SB3 view; both views are imported lazily
+(PEP 562), so that env workers importing this package stay torch-free.
 """
 
 from __future__ import annotations
@@ -24,11 +24,21 @@ from sb3_async.env_pool.pool import AsyncEnvPool
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS, EnvFactory
 
 if TYPE_CHECKING:
+    from sb3_async.env_pool.gym_vector import PoolVectorEnv
     from sb3_async.env_pool.vec_env import PoolVecEnv
 
-_LAZY = {"PoolVecEnv": "sb3_async.env_pool.vec_env"}
+_LAZY = {"PoolVecEnv": "sb3_async.env_pool.vec_env", "PoolVectorEnv": "sb3_async.env_pool.gym_vector"}
 
-__all__ = ["FINAL_INFO", "FINAL_OBS", "AsyncEnvPool", "EnvError", "EnvFactory", "EnvPoolBase", "PoolVecEnv"]
+__all__ = [
+    "FINAL_INFO",
+    "FINAL_OBS",
+    "AsyncEnvPool",
+    "EnvError",
+    "EnvFactory",
+    "EnvPoolBase",
+    "PoolVecEnv",
+    "PoolVectorEnv",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -6,7 +6,8 @@
   return dicts keyed by id;
 * EnvPool's asynchronous ``send(actions)`` / ``recv(min_ready=k)``: act on whichever envs are ready (AE-DDPG §IV-A:
   "the actor acts on each simulator as soon as it is ready");
-* an SB3 ``VecEnv`` through :meth:`AsyncEnvPool.as_vec_env` (stock PPO, A2C, TD3, SAC and DQN accept it).
+* an SB3 ``VecEnv`` through :meth:`AsyncEnvPool.as_vec_env` (stock PPO, A2C, TD3, SAC and DQN accept it), or a
+  gymnasium ``VectorEnv`` through :meth:`AsyncEnvPool.as_gym_vector_env`.
 
 The engine (:mod:`sb3_async.env_pool.core`): each worker process holds several envs when there are more envs than
 cores (per-message overhead is what makes SB3's ``SubprocVecEnv`` slow on cheap envs); observations, actions, rewards
@@ -24,6 +25,9 @@ from typing import TYPE_CHECKING
 from sb3_async.env_pool.core import EnvPoolBase
 
 if TYPE_CHECKING:
+    from gymnasium.vector import AutoresetMode
+
+    from sb3_async.env_pool.gym_vector import PoolVectorEnv
     from sb3_async.env_pool.vec_env import PoolVecEnv
 
 __all__ = ["AsyncEnvPool"]
@@ -31,7 +35,8 @@ __all__ = ["AsyncEnvPool"]
 
 class AsyncEnvPool(EnvPoolBase):
     """``n_envs`` copies of a Gymnasium env stepped concurrently, addressed by id (PettingZoo's ``ParallelEnv`` shape),
-    asynchronously (``send``/``recv``, EnvPool's shape) or as an SB3 ``VecEnv`` (:meth:`as_vec_env`).
+    asynchronously (``send``/``recv``, EnvPool's shape), as an SB3 ``VecEnv`` (:meth:`as_vec_env`) or as a gymnasium
+    ``VectorEnv`` (:meth:`as_gym_vector_env`).
 
     Each env copy is an agent of id ``0 .. n_envs - 1``; the workers hold contiguous blocks of ids.
 
@@ -78,6 +83,18 @@ class AsyncEnvPool(EnvPoolBase):
         from sb3_async.env_pool.vec_env import PoolVecEnv
 
         return PoolVecEnv(self)
+
+    def as_gym_vector_env(self, autoreset_mode: AutoresetMode | str = "NextStep") -> PoolVectorEnv:
+        """This pool as a gymnasium ``VectorEnv`` (:class:`~sb3_async.env_pool.gym_vector.PoolVectorEnv`); closing it
+        closes the pool.
+
+        :param autoreset_mode: gymnasium's ``AutoresetMode`` or its value: ``"NextStep"`` (default, as gymnasium's
+            vector envs) or ``"SameStep"`` (the pool's own, no step lost) with ``autoreset=True``; ``"Disabled"`` with
+            ``autoreset=False`` (reset ended envs with ``reset(options={"reset_mask": mask})``)
+        """
+        from sb3_async.env_pool.gym_vector import PoolVectorEnv
+
+        return PoolVectorEnv(self, autoreset_mode)
 
     def __enter__(self) -> AsyncEnvPool:
         return self

@@ -17,6 +17,8 @@ from multiprocessing import reduction
 from multiprocessing.connection import wait
 from typing import Any
 
+import cloudpickle
+
 from sb3_async.common.runtime.processes import process_context, start_process, stop_processes
 from sb3_async.env_pool.buffers import SharedBuffers
 from sb3_async.env_pool.worker import env_worker_main, step_message
@@ -103,11 +105,13 @@ class ProcessWorkers:
         self._busy[w] += 1
 
     def send(self, w: int, message: tuple[str, Any]) -> None:
-        """Send a command (``reset``, ``call``); its reply is read by :meth:`receive`.
+        """Send a command (``reset``, ``call``); its reply is read by :meth:`receive`. Pickled with cloudpickle, as the
+        env factories are, so that a class or function of the user's script (a wrapper class for ``env_is_wrapped``, a
+        lambda for ``set_attr``) arrives as the same object the factories' envs use.
 
         :raises OSError: the worker's pipe is broken (it died)
         """
-        self._conns[w].send(message)
+        self._conns[w].send_bytes(cloudpickle.dumps(message))
         self._busy[w] += 1
 
     def receive(self, w: int, timeout: float | None) -> tuple[str, Any]:

@@ -6,6 +6,7 @@ Kept apart from the pool because it imports stable_baselines3 (and so torch), wh
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,6 +46,10 @@ class PoolVecEnv(VecEnv):
         self.pool = pool
         super().__init__(pool.n_envs, pool.observation_space(0), pool.action_space(0))
         self._all_ids = list(range(self.num_envs))
+        self.metadata = pool.get_attr("metadata", [0])[0]  # env 0's, as DummyVecEnv's
+        # The envs stepped in this process return their own info dicts, which the env may reuse: copied, as
+        # DummyVecEnv copies every info (a worker's infos are copies already, pickled)
+        self._local_from = pool.n_envs - pool.local_envs
 
     def _check_actions(self, actions: Any) -> Any:
         """The batch of actions, checked against the action space (one vectorised test for Box and Discrete)."""
@@ -100,14 +105,14 @@ class PoolVecEnv(VecEnv):
         infos: list[dict[str, Any]] = []
         for i, info in results:
             if FINAL_OBS in info:  # the episode ended: the step's info is the final one, the rest is the reset's
-                step_info = dict(info[FINAL_INFO])
+                step_info = copy.deepcopy(info[FINAL_INFO]) if i >= self._local_from else dict(info[FINAL_INFO])
                 step_info["terminal_observation"] = info[FINAL_OBS]
                 reset_info = {key: value for key, value in info.items() if key not in (FINAL_OBS, FINAL_INFO, "error")}
                 if "error" in info:
                     step_info["error"] = info["error"]
                 self.reset_infos[i] = reset_info
             else:
-                step_info = info  # a fresh dict per step (the pool's)
+                step_info = copy.deepcopy(info) if info and i >= self._local_from else info
             step_info["TimeLimit.truncated"] = time_limits[i]
             infos.append(step_info)
         return obs, rewards, dones, infos
@@ -131,34 +136,55 @@ class PoolVecEnv(VecEnv):
         return self.pool.render()
 
     def _ids(self, indices: VecEnvIndices) -> list[int]:
-        """SB3's ``indices`` (None, an int or ints, negative ones counted from the end, as a list of envs indexes) as
-        env ids; ``IndexError`` out of range, as ``DummyVecEnv``."""
+        """SB3's ``indices`` (None, an int, or ints: a list, a range, an array; negative ones counted from the end, as
+        list indexes) as env ids; ``IndexError`` out of range, as ``DummyVecEnv``."""
         n = self.num_envs
         ids = []
         for i in self._get_indices(indices):
             if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-                raise TypeError(f"Invalid env index {i!r}: expected an int")
+                raise TypeError(f"Invalid env index {i!r} in indices={indices!r}: expected an int (or None, or ints)")
             if not -n <= i < n:
-                raise IndexError(f"Env index {i} out of range for {n} envs")
+                raise IndexError(f"Env index {i} in indices={indices!r} out of range for {n} envs")
             ids.append(int(i) % n)
         return ids
+
+    def _each(self, indices: VecEnvIndices, command: Callable[[list[int]], list[Any]]) -> list[Any]:
+        """``command`` on the envs of ``indices``, in their order; an env named twice answers twice, in order, as
+        ``DummyVecEnv``'s loop does (the pool takes each id once per command, so repeats go in later rounds)."""
+        ids = self._ids(indices)
+        if len(set(ids)) == len(ids):
+            return command(ids)
+        results: list[Any] = [None] * len(ids)
+        rounds: list[list[int]] = []  # positions in ids; round k holds the k-th mention of each env
+        seen: dict[int, int] = {}
+        for position, i in enumerate(ids):
+            k = seen[i] = seen.get(i, -1) + 1
+            if k == len(rounds):
+                rounds.append([])
+            rounds[k].append(position)
+        for positions in rounds:
+            for position, value in zip(positions, command([ids[p] for p in positions])):
+                results[position] = value
+        return results
 
     def has_attr(self, attr_name: str) -> bool:
         return self.pool.has_attr(attr_name)
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
-        return self.pool.get_attr(attr_name, self._ids(indices))
+        return self._each(indices, lambda ids: self.pool.get_attr(attr_name, ids))
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
-        self.pool.set_attr(attr_name, value, self._ids(indices))
+        """Set ``attr_name`` on each env's outermost wrapper, as ``DummyVecEnv`` and ``SubprocVecEnv`` do (``setattr``
+        on the env they hold: an attribute of an inner env is shadowed, not changed)."""
+        self._each(indices, lambda ids: self.pool.call("__setattr__", attr_name, value, ids=ids))
 
     def env_method(
         self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
     ) -> list[Any]:
-        return self.pool.call(method_name, *method_args, ids=self._ids(indices), **method_kwargs)
+        return self._each(indices, lambda ids: self.pool.call(method_name, *method_args, ids=ids, **method_kwargs))
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
-        return self.pool.env_is_wrapped(wrapper_class, self._ids(indices))
+        return self._each(indices, lambda ids: self.pool.env_is_wrapped(wrapper_class, ids))
 
 
 def _batched(space: spaces.Space, actions: Sequence[Any]) -> Any:

@@ -1,0 +1,243 @@
+"""An env pool as a gymnasium ``VectorEnv`` (what :meth:`AsyncEnvPool.as_gym_vector_env
+<sb3_async.env_pool.AsyncEnvPool.as_gym_vector_env>` returns), for code written against gymnasium's vector API (CleanRL
+style loops, gymnasium's vector wrappers).
+
+It imports neither torch nor stable_baselines3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from sb3_async.env_pool.core import EnvError, EnvPoolBase
+from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
+
+__all__ = ["PoolVectorEnv"]
+
+_MODES = ", ".join(repr(mode.value) for mode in AutoresetMode)
+
+
+class PoolVectorEnv(VectorEnv):
+    """Gymnasium's ``VectorEnv`` over an env pool: the batches, infos (a dict of arrays with ``_key`` masks) and
+    autoreset of gymnasium's ``SyncVectorEnv`` for the same env factories and seeds, stepped by the pool's workers.
+
+    :param pool: the pool; closing this vector env closes it
+    :param autoreset_mode: gymnasium's ``AutoresetMode`` (or its value, ``"NextStep"``...): ``NEXT_STEP`` (default, as
+        gymnasium's): the step where an env ends returns its last observation, the next step does not step it and
+        returns its reset observation, reward 0, not terminated nor truncated; ``SAME_STEP``: the step where an env
+        ends returns the reset observation, the last observation and info in ``infos["final_obs"]`` and
+        ``infos["final_info"]``. Both need a pool with ``autoreset=True``. ``DISABLED``: an env that ended must be
+        reset with ``reset(options={"reset_mask": mask})`` before its next step; it needs ``autoreset=False``
+    """
+
+    def __init__(self, pool: EnvPoolBase, autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP):
+        if not isinstance(pool, EnvPoolBase):
+            raise TypeError(f"pool must be an AsyncEnvPool, got {type(pool).__name__}")
+        try:
+            mode = AutoresetMode(autoreset_mode)
+        except ValueError:
+            message = f"Invalid autoreset_mode={autoreset_mode!r}: expected an AutoresetMode or one of {_MODES}"
+            raise ValueError(message) from None
+        if pool.autoreset != (mode != AutoresetMode.DISABLED):
+            raise ValueError(
+                f"autoreset_mode={mode} needs an AsyncEnvPool with autoreset={not pool.autoreset}, this one has "
+                f"autoreset={pool.autoreset} (NEXT_STEP and SAME_STEP use the pool's autoreset, DISABLED does not)"
+            )
+        self.pool, self.autoreset_mode = pool, mode
+        self.num_envs = pool.n_envs
+        self.single_observation_space = pool.observation_space(0)
+        self.single_action_space = pool.action_space(0)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.metadata = {**pool.get_attr("metadata", [0])[0], "autoreset_mode": mode}
+        self.render_mode = pool.render_mode
+        self._all_ids = list(range(self.num_envs))
+        # NEXT_STEP: the envs whose episode ended at the last step (the pool reset them then), with their reset info
+        self._autoreset: dict[int, dict[str, Any]] = {}
+
+    # ---------------------------------------------------------------- reset and step
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset every env, or those of ``options["reset_mask"]`` (a bool array, one per env), as ``SyncVectorEnv``.
+
+        :param seed: env ``i`` gets ``seed + i``; or a list of one seed (or None) per env
+        :param options: for every env's ``reset`` (without ``reset_mask``)
+        """
+        self.pool.check_open()
+        ids = self._all_ids
+        if options is not None and "reset_mask" in options:
+            options = dict(options)
+            mask = options.pop("reset_mask")
+            if not isinstance(mask, np.ndarray) or mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
+                raise ValueError(f"Invalid options['reset_mask']={mask!r}: expected a bool array of shape ({self.num_envs},)")
+            if not mask.any():
+                raise ValueError("Invalid options['reset_mask']: no env to reset (at least one True expected)")
+            ids = np.flatnonzero(mask).tolist()
+        if seed is None or isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            seeds = [None if seed is None else int(seed) + i for i in ids]
+        elif isinstance(seed, Sequence) and not isinstance(seed, str) and len(seed) == self.num_envs:
+            seeds = [seed[i] for i in ids]
+        else:
+            raise ValueError(f"Invalid seed={seed!r}: expected an int, None, or a list of one seed per env ({self.num_envs})")
+        reset_infos = self.pool.reset_envs(seed=seeds, options=options, ids=ids)
+        for i in ids:
+            self._autoreset.pop(i, None)
+        infos: dict[str, Any] = {}
+        for i in ids:
+            infos = self._add_info(infos, reset_infos[i], i)
+        return self.pool.buffers.obs.read(slice(None)), infos
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every env (NEXT_STEP: every env but those that ended at the last step, which return their reset
+        observation) with ``actions``, a batch of the :attr:`action_space`."""
+        pool = self.pool
+        pool.check_open()
+        if pool.n_in_flight:
+            raise RuntimeError("This AsyncEnvPool has steps in flight (sent with send()): recv() them first")
+        checked = self._check_actions(actions)
+        autoreset = self._autoreset
+        ids = [i for i in self._all_ids if i not in autoreset] if autoreset else self._all_ids
+        results: dict[int, dict[str, Any]] = {}
+        if self.autoreset_mode == AutoresetMode.DISABLED and len(pool.agents) < self.num_envs:
+            ended = sorted(set(ids) - set(pool.agents))
+            raise ValueError(
+                f"Envs {ended} have ended and autoreset_mode=DISABLED: reset them first, "
+                "reset(options={'reset_mask': mask}) with mask True for them"
+            )
+        if len(ids) == self.num_envs:
+            pool.send_all(checked)
+        elif ids:
+            pool.buffers.actions.write(slice(None), checked)  # the envs not stepped ignore theirs
+            pool.start_step(ids)
+        if ids:
+            try:
+                results = dict(pool.collect(ids, None, len(ids), only=True))
+            except EnvError:  # the other envs' results of this step go too, as SyncVectorEnv's step raises as a whole
+                pool.discard(ids)
+                raise
+        buffers = pool.buffers
+        obs = buffers.obs.read(slice(None))
+        rewards, terminations, truncations = buffers.rewards.copy(), buffers.terminated.copy(), buffers.truncated.copy()
+        env_infos: list[dict[str, Any]] = []
+        reset_now: dict[int, dict[str, Any]] = {}
+        for i in self._all_ids:
+            if i in autoreset:  # NEXT_STEP: the reset the pool did at the last step
+                rewards[i], terminations[i], truncations[i] = 0.0, False, False
+                env_infos.append(autoreset[i])
+                continue
+            info = results[i]
+            if FINAL_OBS not in info:
+                env_infos.append(info)
+                continue
+            reset_info = {key: value for key, value in info.items() if key not in (FINAL_OBS, FINAL_INFO)}
+            if self.autoreset_mode == AutoresetMode.SAME_STEP:
+                env_infos.append({FINAL_OBS: info[FINAL_OBS], FINAL_INFO: info[FINAL_INFO], **reset_info})
+            else:  # NEXT_STEP: this step returns the last observation, the next one the reset's
+                _set_row(self.single_observation_space, obs, i, info[FINAL_OBS])
+                final_info = dict(info[FINAL_INFO])
+                if "error" in reset_info:  # on_error="restart": the error belongs to the step that ended the episode
+                    final_info["error"] = reset_info.pop("error")
+                env_infos.append(final_info)
+                reset_now[i] = reset_info
+        self._autoreset = reset_now
+        infos: dict[str, Any] = {}
+        for i, info in enumerate(env_infos):
+            if self.autoreset_mode == AutoresetMode.SAME_STEP and FINAL_OBS in info:
+                infos = self._add_info(infos, {FINAL_OBS: info.pop(FINAL_OBS), FINAL_INFO: info.pop(FINAL_INFO)}, i)
+            infos = self._add_info(infos, info, i)
+        return obs, rewards, terminations, truncations, infos
+
+    def _check_actions(self, actions: Any) -> Any:
+        """The batch of actions as the pool's buffers take it, checked against :attr:`action_space` (``ValueError``
+        naming the first env whose action is not in the single action space)."""
+        space, n = self.single_action_space, self.num_envs
+        try:
+            if isinstance(space, spaces.Dict):
+                checked: Any = {key: _leaf(sub, actions[key], n) for key, sub in space.spaces.items()}
+                structured: Any = checked
+            elif isinstance(space, spaces.Tuple):
+                if len(actions) != len(space.spaces):
+                    raise ValueError(f"{len(actions)} parts, expected {len(space.spaces)}")
+                checked = {k: _leaf(sub, actions[k], n) for k, sub in enumerate(space.spaces)}
+                structured = tuple(checked.values())
+            else:
+                checked = structured = _leaf(space, actions, n)
+        except (KeyError, TypeError, ValueError, IndexError) as error:
+            raise ValueError(f"Invalid actions {actions!r}: expected a batch of {self.action_space} ({error})") from None
+        if self.action_space.contains(structured):
+            return checked
+        for i in self._all_ids:  # name the first bad one
+            self.pool.check_action(i, _row(space, structured, i))
+        raise ValueError(f"Invalid actions {actions!r}: not in {self.action_space}")
+
+    # ---------------------------------------------------------------- the envs
+    def render(self) -> tuple[Any, ...]:
+        """Each env's ``render()``."""
+        return tuple(self.pool.render())
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` of each env with ``args`` and ``kwargs``; for an attribute that is not callable, its value
+        (as ``SyncVectorEnv``)."""
+        try:
+            return tuple(self.pool.call(name, *args, **kwargs))
+        except EnvError as error:
+            if not error.worker_traceback.rstrip().endswith("object is not callable"):
+                raise
+        return self.get_attr(name)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Attribute ``name`` of each env, looked up through its wrappers."""
+        return tuple(self.pool.get_attr(name))
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        """Set attribute ``name`` of each env (on the wrapper that has it, as ``SyncVectorEnv``): ``values`` one per
+        env (a list or tuple), or one value for all."""
+        if not isinstance(values, (list, tuple)):
+            self.pool.set_attr(name, values)
+            return
+        if len(values) != self.num_envs:
+            raise ValueError(f"Invalid values: {len(values)} given for {self.num_envs} envs (one per env, or one value)")
+        for i, value in enumerate(values):
+            self.pool.set_attr(name, value, [i])
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self.pool.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.pool!r}, autoreset_mode={self.autoreset_mode})"
+
+
+def _leaf(space: spaces.Space, value: Any, n: int) -> np.ndarray:
+    """A batch of ``n`` values of a flat space as an array of its dtype (an integer space refuses floats)."""
+    array = np.asarray(value)
+    kinds = "biuf" if isinstance(space, spaces.Box) else "biu"
+    if array.shape != (n, *(space.shape or ())) or array.dtype.kind not in kinds:
+        raise ValueError(f"a {array.dtype} array of shape {array.shape} for {space}")
+    return array.astype(space.dtype, copy=False)
+
+
+def _row(space: spaces.Space, batch: Any, i: int) -> Any:
+    if isinstance(space, spaces.Dict):
+        return {key: batch[key][i] for key in space.spaces}
+    if isinstance(space, spaces.Tuple):
+        return tuple(part[i] for part in batch)
+    return batch[i]
+
+
+def _set_row(space: spaces.Space, batch: Any, i: int, value: Any) -> None:
+    """Write one env's observation ``value`` into row ``i`` of a batch."""
+    if isinstance(space, spaces.Dict):
+        for key in space.spaces:
+            batch[key][i] = value[key]
+    elif isinstance(space, spaces.Tuple):
+        for k, part in enumerate(batch):
+            part[i] = value[k]
+    else:
+        batch[i] = value
