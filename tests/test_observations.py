@@ -1,0 +1,60 @@
+"""What the algorithms refuse to learn from: observation spaces they cannot take, a CnnPolicy on vectors, and NaN or
+infinite observations (the shared checks of sb3_async.common.observations, and each algorithm family using them)."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
+from tests.helpers import ALGORITHM_NAMES, small_model
+
+NON_FINITE = r"Env {} returned a non-finite observation \(NaN or inf\)"
+
+
+def test_finite_observations_pass():
+    check_finite_observations(np.zeros((3, 2), np.float32))
+    check_finite_observations({"x": np.ones((2, 2)), "n": np.array([[1], [2]])})
+    check_finite_observations(np.full((2, 84, 84), 255, np.uint8))  # integers are not looked at
+    check_finite_observations([], [])
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_observation_names_its_env(value):
+    batch = np.zeros((3, 2), np.float32)
+    batch[1, 0] = value
+    with pytest.raises(ValueError, match=NON_FINITE.format(5)):  # rows are envs 4, 5, 6
+        check_finite_observations(batch, 4)
+    with pytest.raises(ValueError, match=NON_FINITE.format(7)):
+        check_finite_observations(list(batch), [2, 7, 9])
+    with pytest.raises(ValueError, match=r"non-finite observation \(key 'x'\)"):
+        check_finite_observations({"x": batch, "n": np.zeros((3, 1), np.int64)})
+
+
+def test_observation_space_check():
+    check_observation_space("A3C", spaces.Dict({"x": spaces.Box(-1, 1, (2,))}), SB3_OBSERVATION_SPACES)
+    tuple_space = spaces.Tuple((spaces.Box(-1, 1, (2,)), spaces.Discrete(3)))
+    with pytest.raises(ValueError, match=r"A3C supports Box, .* observation spaces, got Tuple\(.*FlattenObservation"):
+        check_observation_space("A3C", tuple_space, SB3_OBSERVATION_SPACES)
+    with pytest.raises(ValueError, match=r"its subspace Tuple"):
+        check_observation_space("A3C", spaces.Dict({"t": tuple_space}), SB3_OBSERVATION_SPACES)
+
+
+class TupleObservationEnv(gym.Env):
+    observation_space = spaces.Tuple((spaces.Box(-1, 1, (2,)), spaces.Discrete(3)))
+
+    def __init__(self, continuous: bool):
+        self.action_space = spaces.Box(-1, 1, (1,)) if continuous else spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        return (np.zeros(2, np.float32), 0), {}
+
+    def step(self, action):
+        return (np.zeros(2, np.float32), 0), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("name", ALGORITHM_NAMES)
+def test_tuple_observation_space_is_refused_at_construction(name):
+    env = TupleObservationEnv(continuous=name in ("ApeXDPG", "AEDDPG"))
+    with pytest.raises(ValueError, match=rf"Invalid env: {name} supports .* observation spaces, got Tuple\("):
+        small_model(name, (lambda: env) if name == "AEDDPG" else env)
