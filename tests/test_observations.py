@@ -58,3 +58,14 @@ def test_tuple_observation_space_is_refused_at_construction(name):
     env = TupleObservationEnv(continuous=name in ("ApeXDPG", "AEDDPG"))
     with pytest.raises(ValueError, match=rf"Invalid env: {name} supports .* observation spaces, got Tuple\("):
         small_model(name, (lambda: env) if name == "AEDDPG" else env)
+
+
+@pytest.mark.parametrize("name", ["A3C", "AsyncOneStepQ", "AsyncNStepQ"])
+def test_cnn_policy_on_vectors_is_refused_at_construction(name):
+    with pytest.raises(ValueError, match=r"Invalid policy='CnnPolicy' for the observation space Box\(.*\(4,\).*MlpPolicy"):
+        small_model(name, "CartPole-v1", policy="CnnPolicy", policy_kwargs=None)
+
+
+def test_cnn_lstm_policy_on_vectors_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"Invalid policy='CnnLstmPolicy' for the observation space Box"):
+        small_model("A3C", "CartPole-v1", policy="CnnLstmPolicy", policy_kwargs=None)
