@@ -7,7 +7,8 @@ import pytest
 from gymnasium import spaces
 
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
-from tests.helpers import ALGORITHM_NAMES, small_model
+from sb3_async.common.runtime.processes import WorkerError
+from tests.helpers import ALGORITHM_NAMES, NaNObservationEnv, small_model
 
 NON_FINITE = r"Env {} returned a non-finite observation \(NaN or inf\)"
 
@@ -69,3 +70,21 @@ def test_cnn_policy_on_vectors_is_refused_at_construction(name):
 def test_cnn_lstm_policy_on_vectors_is_refused_at_construction():
     with pytest.raises(ValueError, match=r"Invalid policy='CnnLstmPolicy' for the observation space Box"):
         small_model("A3C", "CartPole-v1", policy="CnnLstmPolicy", policy_kwargs=None)
+
+
+@pytest.mark.parametrize("nan_at", [0, 5], ids=["reset", "step"])
+@pytest.mark.parametrize("name", ["A3C", "AsyncNStepQ", "ApeXDQN"])
+def test_worker_stops_at_a_nan_observation(name, nan_at):
+    # Ape-X would restart the actor first (the same error each time)
+    kwargs = dict(max_actor_restarts=0) if name == "ApeXDQN" else {}
+    model = small_model(name, NaNObservationEnv(nan_at=nan_at), **kwargs)
+    with pytest.raises(WorkerError, match=NON_FINITE.format(r"[01]") + r": array\(\[nan, nan, nan, nan\]"):
+        model.learn(5_000)
+
+
+@pytest.mark.parametrize("nan_at", [0, 5], ids=["reset", "step"])
+def test_ae_ddpg_stops_at_a_nan_observation(nan_at):
+    model = small_model("AEDDPG", lambda: NaNObservationEnv(gym.make("Pendulum-v1"), nan_at=nan_at))
+    with pytest.raises(ValueError, match=NON_FINITE.format(r"[01]") + r": array\(\[nan, nan, nan\]"):
+        model.learn(500)
+    assert model.env is None  # the pool was closed

@@ -31,7 +31,7 @@ from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
 from sb3_async.common.callbacks import show_final_timesteps
 from sb3_async.common.noise import RandomWalkActionNoise
-from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_observation_space
+from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.save_util import AtomicReplaySaves, check_saved_class, mark_saved_class, replay_file_errors
 from sb3_async.common.torch_utils import check_torch_threads, threads_beside_workers
@@ -483,6 +483,8 @@ class AEDDPG(AtomicReplaySaves, TD3):
         self._resolve_noise()
         last_obs = self._last_obs
         result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+        if self._last_obs is not last_obs:
+            check_finite_observations(self._last_obs)
         if self._last_obs is not last_obs or not hasattr(self, "_in_flight"):  # the envs were reset: episodes cut
             self._in_flight: set[int] = set()
             self._caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)  # type: ignore[union-attr]
@@ -660,6 +662,8 @@ class AEDDPG(AtomicReplaySaves, TD3):
             ids = list(new_obs)
             self._in_flight.difference_update(ids)
             ended = [i for i in ids if terminations[i] or truncations[i]]
+            check_finite_observations([new_obs[i] for i in ids], ids)
+            check_finite_observations([infos[i][FINAL_OBS] for i in ended], ended)
             for i in ids:
                 self._store_transition_of(i, new_obs[i], rewards[i], terminations[i], truncations[i], infos[i])
             self.num_timesteps += len(ids)
