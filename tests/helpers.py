@@ -75,6 +75,27 @@ class FailingEnv(gym.Wrapper):
         return os.getpid()
 
 
+class NaNObservationEnv(gym.Wrapper):
+    """An env (CartPole-v1 unless given) whose observation is all NaN from its ``nan_at``-th step on (0: from its
+    first reset)."""
+
+    def __init__(self, env: gym.Env | None = None, nan_at: int = 5):
+        super().__init__(gym.make("CartPole-v1") if env is None else env)
+        self.nan_at, self.count = nan_at, 0
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return self._spoiled(obs), info
+
+    def step(self, action):
+        self.count += 1
+        obs, *rest = self.env.step(action)
+        return self._spoiled(obs), *rest
+
+    def _spoiled(self, obs):
+        return obs * float("nan") if self.count >= self.nan_at else obs
+
+
 def check_env_1_error_spares_the_others(pool: AsyncEnvPool) -> None:
     """Envs 0..2 of ``pool``, env 1 raising in its second step: its error names it and the others' results are kept
     (both engines, tests/test_ray_env_pool.py too)."""

@@ -31,6 +31,7 @@ from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
 from sb3_async.common.callbacks import show_final_timesteps
 from sb3_async.common.noise import RandomWalkActionNoise
+from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.save_util import AtomicReplaySaves, check_saved_class, mark_saved_class, replay_file_errors
 from sb3_async.common.torch_utils import check_torch_threads, threads_beside_workers
@@ -252,6 +253,10 @@ class AEDDPG(AtomicReplaySaves, TD3):
         "MlpPolicy": MlpPolicy,
         "CnnPolicy": CnnPolicy,
     }
+    #: SB3's observation spaces but ``Dict``: the Memory holds one observation column.
+    supported_observation_spaces: ClassVar[tuple[type[spaces.Space], ...]] = tuple(
+        cls for cls in SB3_OBSERVATION_SPACES if cls is not spaces.Dict
+    )
     policy: TD3Policy
     env: PoolVecEnv | VecTransposeImage | None  # type: ignore[assignment]  # SB3 wraps image envs in VecTransposeImage
     _buffer_actions: np.ndarray  # the scaled actions of the steps in flight, per env
@@ -332,13 +337,12 @@ class AEDDPG(AtomicReplaySaves, TD3):
         self.env_source: Callable[[], gym.Env] | str | None = None
         if env is not None:
             env, self.env_source = make_pool_vec_env(env, None if n_envs is None else int(n_envs), self._pool_arguments())
-            if isinstance(env.observation_space, spaces.Dict):
+            try:
+                check_observation_space(type(self).__name__, env.observation_space, self.supported_observation_spaces)
+            except ValueError:
                 if self.env_source is not None:  # built here: nobody else will close it
                     env.close()
-                raise ValueError(
-                    f"Invalid env: Dict observation spaces ({env.observation_space}) are not supported by AEDDPG's "
-                    "one-column Memory; flatten them (gymnasium.wrappers.FlattenObservation)"
-                )
+                raise
         policy_kwargs = dict(policy_kwargs or {})
         policy_kwargs.setdefault("net_arch", dict(pi=[256, 256, 128], qf=[256, 128]))  # §V-B, MuJoCo
         policy_kwargs.setdefault("n_critics", 1)  # DDPG: one critic
@@ -479,6 +483,8 @@ class AEDDPG(AtomicReplaySaves, TD3):
         self._resolve_noise()
         last_obs = self._last_obs
         result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+        if self._last_obs is not last_obs:
+            check_finite_observations(self._last_obs)
         if self._last_obs is not last_obs or not hasattr(self, "_in_flight"):  # the envs were reset: episodes cut
             self._in_flight: set[int] = set()
             self._caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)  # type: ignore[union-attr]
@@ -656,6 +662,8 @@ class AEDDPG(AtomicReplaySaves, TD3):
             ids = list(new_obs)
             self._in_flight.difference_update(ids)
             ended = [i for i in ids if terminations[i] or truncations[i]]
+            check_finite_observations([new_obs[i] for i in ids], ids)
+            check_finite_observations([infos[i][FINAL_OBS] for i in ended], ended)
             for i in ids:
                 self._store_transition_of(i, new_obs[i], rewards[i], terminations[i], truncations[i], infos[i])
             self.num_timesteps += len(ids)

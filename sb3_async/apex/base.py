@@ -33,6 +33,7 @@ from torch import nn
 from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transitions
 from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, WorkerPolicyConfig
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer
+from sb3_async.common.observations import check_finite_observations
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec
 from sb3_async.common.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
@@ -94,7 +95,8 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
     shared: list[torch.Tensor] = ctx.shared["params"]
     inserted: torch.Tensor = ctx.shared["inserted"]
     model = cfg.model_class(policy, cfg, np.random.default_rng(ctx.seed))
-    reporter = StatsReporter(ctx, env_offset=ctx.rank * cfg.n_envs)
+    env_offset = ctx.rank * cfg.n_envs  # global index of the actor's first env
+    reporter = StatsReporter(ctx, env_offset=env_offset)
     builder = NStepBuilder(cfg.n_envs, cfg.n_steps, cfg.gamma)
 
     def synchronize() -> None:  # θ ← learner.Parameters()
@@ -103,6 +105,7 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
 
     synchronize()
     obs = env.reset()
+    check_finite_observations(obs, env_offset)
     local_buffer: list[tuple[Any, Any, float, bool, Any]] = []
     # A restarted actor counts from the blocks the learner inserted for this rank, so the bound below still holds.
     sent, since_sync, waited, started = int(inserted[ctx.rank]), 0, 0.0, time.monotonic()
@@ -117,13 +120,16 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
     while not ctx.should_stop():
         stored, env_actions = model.act(obs)
         new_obs, rewards, dones, infos = env.step(env_actions)
+        check_finite_observations(new_obs, env_offset)
         rewards = rewards.astype(np.float32)
         truncated = [i for i in np.flatnonzero(dones) if infos[i].get("TimeLimit.truncated", False)]
         if truncated:  # bootstrap at time limits (SB3's convention): r + γ v(s_terminal), the transition stays done
             mask = np.zeros(cfg.n_envs, dtype=bool)
             mask[truncated] = True
             values = np.zeros(cfg.n_envs, dtype=np.float32)
-            values[truncated] = model.values(np.stack([infos[i]["terminal_observation"] for i in truncated]))
+            last_obs = np.stack([infos[i]["terminal_observation"] for i in truncated])
+            check_finite_observations(last_obs, [env_offset + i for i in truncated])
+            values[truncated] = model.values(last_obs)
             rewards = bootstrap_truncated_rewards(rewards, mask, values, cfg.gamma)
         reporter.record_infos(dones, infos)
         local_buffer += builder.push(obs, stored, rewards, dones, new_obs)

@@ -38,6 +38,7 @@ from sb3_async.common.normalization import (
     statistics_state,
     vec_normalizes,
 )
+from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_observation_space
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
 from sb3_async.common.runtime.mp import start_forkserver
 from sb3_async.common.runtime.processes import START_METHODS, WorkerError
@@ -190,6 +191,8 @@ class AsyncAlgorithm(AtomicSaves):
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {}
     policy: BasePolicy
+    #: The observation spaces the algorithm accepts (SB3's; a ``Dict``'s subspaces among the others).
+    supported_observation_spaces: ClassVar[tuple[type[spaces.Space], ...]] = SB3_OBSERVATION_SPACES
     #: The constructor's names for ``n_workers`` and ``n_envs_per_worker`` (Ape-X: ``n_actors``, ``n_envs_per_actor``).
     workers_argument: ClassVar[str] = "n_workers"
     envs_argument: ClassVar[str] = "n_envs_per_worker"
@@ -263,6 +266,8 @@ class AsyncAlgorithm(AtomicSaves):
             support_multi_env=True,
             seed=seed,
         )
+        if env is not None:
+            check_observation_space(type(self).__name__, self.observation_space, self.supported_observation_spaces)
         supported = supported_action_spaces
         if env is not None and supported is not None and not isinstance(self.action_space, supported):
             accepted = ", ".join(cls.__name__ for cls in supported)

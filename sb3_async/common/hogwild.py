@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, WorkerPolicyConfig
+from sb3_async.common.observations import check_finite_observations
 from sb3_async.common.optimizers import OPTIMIZER_NAMES, AsyncOptimizer, WorkerOptimizer, as_async_optimizer, make_optimizer
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.runtime import WorkerContext
@@ -93,8 +94,10 @@ class HogwildWorker:
         self.optimizer = WorkerOptimizer(
             *cfg.optimizer, self.shared_params, ctx.shared["optimizer_state"], cfg.optimizer_shared
         )
-        self.reporter = StatsReporter(ctx, env_offset=ctx.rank * cfg.n_envs)
+        self.env_offset = ctx.rank * cfg.n_envs  # global index of the worker's first env
+        self.reporter = StatsReporter(ctx, env_offset=self.env_offset)
         self.obs = self.env.reset()
+        check_finite_observations(self.obs, self.env_offset)
         # whether each env's current observation starts an episode (recurrent policies reset their state there);
         # all True at first, as RecurrentPPO's `_last_episode_starts`
         self.episode_starts = np.ones(cfg.n_envs, dtype=bool)
@@ -123,11 +126,13 @@ class HogwildWorker:
         for _ in range(cfg.n_steps):
             actions = act(self.obs)
             new_obs, rewards, dones, infos = self.env.step(env_action(actions))
+            check_finite_observations(new_obs, self.env_offset)
             rewards = rewards.astype(np.float32)
             truncated = np.array([i for i in np.flatnonzero(dones) if infos[i].get("TimeLimit.truncated", False)], dtype=int)
             if truncated.size:  # bootstrap at time limits, as SB3 does: r + γ V(s_terminal), the step stays done
                 values = np.zeros(cfg.n_envs, dtype=np.float32)
                 last_obs = stack_steps([[infos[i]["terminal_observation"] for i in truncated]])
+                check_finite_observations(last_obs, self.env_offset + truncated)
                 values[truncated] = terminal_value(last_obs, truncated)
                 mask = np.zeros(cfg.n_envs, dtype=bool)
                 mask[truncated] = True

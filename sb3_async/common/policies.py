@@ -15,6 +15,21 @@ from stable_baselines3.dqn.policies import CnnPolicy as DQNCnnPolicy
 from torch import nn
 
 
+def check_image_observations(policy: str, observation_space: spaces.Space, features_extractor_class: type) -> None:
+    """``ValueError`` naming ``policy`` and the space unless the space holds images, channels first (a ``Box`` of shape
+    ``(channels, height, width)``), when the policy's features extractor is :class:`MnihCNN` (a convolution of images;
+    on vectors it would fail inside torch at the first step)."""
+    if features_extractor_class is not MnihCNN:
+        return
+    if isinstance(observation_space, spaces.Box) and len(observation_space.shape) == 3:
+        return
+    raise ValueError(
+        f"Invalid policy={policy!r} for the observation space {observation_space}: {policy} is a convolutional network "
+        "for images, a Box of shape (channels, height, width); use 'MlpPolicy' for vectors (or 'MultiInputPolicy' for "
+        "a Dict space)"
+    )
+
+
 class MnihCNN(BaseFeaturesExtractor):
     """The Atari network of Mnih et al. 2013, used by every method of the A3C paper (supp. §2).
 
@@ -52,6 +67,7 @@ class A3CCnnPolicy(ActorCriticCnnPolicy):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, **kwargs: Any):
         kwargs.setdefault("features_extractor_class", MnihCNN)
         kwargs.setdefault("net_arch", [])
+        check_image_observations("CnnPolicy", observation_space, kwargs["features_extractor_class"])
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
 
@@ -67,6 +83,7 @@ class A3CCnnLstmPolicy(RecurrentActorCriticCnnPolicy):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, **kwargs: Any):
         kwargs.setdefault("features_extractor_class", MnihCNN)
         kwargs.setdefault("net_arch", [])
+        check_image_observations("CnnLstmPolicy", observation_space, kwargs["features_extractor_class"])
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
 
@@ -77,6 +94,7 @@ class AsyncQCnnPolicy(DQNCnnPolicy):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, **kwargs: Any):
         kwargs.setdefault("features_extractor_class", MnihCNN)
         kwargs.setdefault("net_arch", [])
+        check_image_observations("CnnPolicy", observation_space, kwargs["features_extractor_class"])
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)  # type: ignore[arg-type]
 
 
