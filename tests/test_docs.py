@@ -85,6 +85,9 @@ def test_block_runs_as_written(block: Block, tmp_path: Path) -> None:
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         "PYTHONWARNINGS": "ignore",
         "MPLBACKEND": "Agg",
+        # Stock SB3 at torch's default threads slows 20-30x when another process uses the cores (a test run beside
+        # this one): one thread keeps the blocks' time a property of the block, not of the machine's load
+        "OMP_NUM_THREADS": "1",
     }
     timeout = 300 if _RAY.search(block.code) else 120
     result = subprocess.run(

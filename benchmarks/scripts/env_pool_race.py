@@ -1,0 +1,321 @@
+"""AsyncEnvPool against the vectorizers users pick for speed: env steps per second, synchronous stepping.
+
+Engines: ``AsyncEnvPool`` with 2 worker processes and with ``n_workers=0`` (every env in this process), SB3's
+``DummyVecEnv`` and ``SubprocVecEnv``, gymnasium's ``AsyncVectorEnv``, PufferLib's ``pufferlib.vector.Multiprocessing``
+(2 workers) and TorchRL's ``ParallelEnv`` (2 workers, each a ``SerialEnv`` of its share of the envs). Tasks:
+CartPole-v1, HalfCheetah-v5 and PongNoFrameskip-v4, 8 and 64 envs, random actions drawn in advance.
+
+Protocol: per task and env count, one fresh process steps every engine in bursts of ``--seconds``, engine after
+engine in a new random order each of ``--rounds`` rounds; a ratio is taken between bursts of the same round, the table
+gives medians over rounds. Engines whose idle workers block stay open for the whole race; PufferLib's workers spin on
+their flags even while another engine steps, so it is opened (with a 0.3 s warm-up) for each of its bursts and closed
+after it. Every process of the race runs torch
+with 1 thread (TorchRL's workers and ours alike). ``--busy N`` starts N CPU-bound processes beside the race (the
+"machine shared with a learner" check).
+
+PufferLib and TorchRL are comparators, not dependencies: ``pip install pufferlib-core --no-deps`` and
+``pip install torchrl tensordict`` (an engine whose library is missing is left out, and the report says so).
+
+Usage: ``python benchmarks/scripts/env_pool_race.py [--rounds 6] [--seconds 0.5] [--busy 0]
+[--out benchmarks/results/env_pool_race]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from importlib import metadata
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+# Imported here, so the forkserver (which imports this script first) shares them with every worker of every engine.
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+from sb3_async import AsyncEnvPool
+
+TASKS = {"CartPole-v1": "CartPole-v1", "HalfCheetah-v5": "HalfCheetah-v5", "Pong": "PongNoFrameskip-v4"}
+SIZES = (8, 64)
+POOL, POOL0 = "AsyncEnvPool (2 workers)", "AsyncEnvPool (n_workers=0)"
+PUFFER, TORCHRL = "PufferLib Multiprocessing (2 workers)", "TorchRL ParallelEnv (2 workers)"
+MULTI_PROCESS = ["SubprocVecEnv", "gym AsyncVectorEnv", PUFFER, TORCHRL]
+ENGINES = [POOL, POOL0, "DummyVecEnv", *MULTI_PROCESS]
+SPINNING = {PUFFER}
+PER_ENV_PROCESS = ["SubprocVecEnv", "gym AsyncVectorEnv"]
+
+
+def available(engine: str) -> bool:
+    module = {PUFFER: "pufferlib.vector", TORCHRL: "torchrl.envs"}.get(engine)
+    if module is None:
+        return True
+    try:
+        __import__(module)
+        return True
+    except ImportError:
+        return False
+
+
+def version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def make_env(env_id: str) -> gym.Env:
+    if env_id.startswith("Pong"):
+        import ale_py
+
+        gym.register_envs(ale_py)  # in the worker: a forkserver's or spawn's worker starts without the registration
+    return gym.make(env_id)
+
+
+def make_puffer_env(env_id: str, buf: Any = None, seed: int = 0) -> Any:
+    import pufferlib.emulation
+
+    return pufferlib.emulation.GymnasiumPufferEnv(env=make_env(env_id), buf=buf, seed=seed)
+
+
+def make_torchrl_env(env_id: str, count: int) -> Any:
+    from torchrl.envs import GymWrapper, SerialEnv
+
+    torch.set_num_threads(1)
+    return SerialEnv(count, lambda: GymWrapper(make_env(env_id)))
+
+
+class Stepper:
+    """One engine kept open for bursts of stepping: ``burst(seconds)`` gives env steps per second."""
+
+    def __init__(self, env_id: str, n_envs: int, engine: str):
+        self.engine, self.n_envs, self.k = engine, n_envs, 0
+        space = make_env(env_id).action_space
+        space.seed(0)
+        self.batches = [np.stack([space.sample() for _ in range(n_envs)]) for _ in range(16)]
+        factories = [lambda: make_env(env_id)] * n_envs
+        if engine == POOL:
+            self.env: Any = AsyncEnvPool(factories, n_workers=2).as_vec_env()
+        elif engine == POOL0:
+            self.env = AsyncEnvPool(factories, n_workers=0).as_vec_env()
+        elif engine == "DummyVecEnv":
+            self.env = DummyVecEnv(factories)
+        elif engine == "SubprocVecEnv":
+            self.env = SubprocVecEnv(factories)
+        elif engine == "gym AsyncVectorEnv":
+            self.env = gym.vector.AsyncVectorEnv(factories, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        elif engine == PUFFER:
+            import pufferlib.vector
+
+            self.env = pufferlib.vector.make(
+                make_puffer_env,
+                env_args=[env_id],
+                backend=pufferlib.vector.Multiprocessing,
+                num_envs=n_envs,
+                num_workers=2,
+                batch_size=n_envs,
+            )
+        elif engine == TORCHRL:
+            from torchrl.envs import ParallelEnv
+
+            self.env = ParallelEnv(2, make_torchrl_env, create_env_kwargs={"env_id": env_id, "count": n_envs // 2})
+        else:
+            raise ValueError(engine)
+        if engine == TORCHRL:
+            self.td_root = self.env.reset()  # TorchRL draws its random actions itself (rand_action), in this process
+        elif engine == PUFFER or isinstance(self.env, gym.vector.VectorEnv):
+            self.env.reset(seed=0)
+        else:
+            self.env.reset()
+        self.burst(0.3)  # warm-up
+
+    def step(self, batch: int) -> None:
+        actions = self.batches[batch]
+        if self.engine == TORCHRL:
+            td = self.env.rand_action(self.td_root)
+            _, self.td_root = self.env.step_and_maybe_reset(td)
+        else:
+            self.env.step(actions)
+
+    def burst(self, seconds: float) -> float:
+        steps, start = 0, time.perf_counter()
+        while True:
+            self.k += 1
+            self.step(self.k % len(self.batches))
+            steps += self.n_envs
+            elapsed = time.perf_counter() - start
+            if elapsed > seconds:
+                return steps / elapsed
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def race(task: str, n_envs: int, engines: list[str], rounds: int, seconds: float) -> dict[str, list[float]]:
+    """Every engine stepped in bursts, in a new order each round. The engines whose idle workers block (ours, SB3's,
+    gymnasium's, TorchRL's) stay open for the whole race; PufferLib's workers spin on their flags even while another
+    engine steps, so it is opened for its burst and closed after it."""
+    torch.set_num_threads(1)
+    steppers = {engine: Stepper(TASKS[task], n_envs, engine) for engine in engines if engine not in SPINNING}
+    rates: dict[str, list[float]] = {engine: [] for engine in engines}
+    order = list(engines)
+    rng = np.random.default_rng(0)
+    try:
+        for _ in range(rounds):
+            rng.shuffle(order)
+            for engine in order:
+                if engine in SPINNING:
+                    stepper = Stepper(TASKS[task], n_envs, engine)
+                    try:
+                        rates[engine].append(stepper.burst(seconds))
+                    finally:
+                        stepper.close()
+                else:
+                    rates[engine].append(steppers[engine].burst(seconds))
+    finally:
+        for stepper in steppers.values():
+            stepper.close()
+    return rates
+
+
+def busy_loop() -> None:
+    while True:
+        pass
+
+
+def ratio(races: list[dict[str, list[float]]], engine: str, references: list[str]) -> float:
+    """``engine``'s rate over the fastest of ``references``: in one race, the median over rounds of the ratio to the
+    fastest reference of the same round; references raced apart (see :func:`sub_races`), the smallest of the medians
+    of the ratios to each of them (each ratio taken within its own race)."""
+    medians = []
+    for rates in races:
+        refs = [ref for ref in references if ref in rates and ref != engine]
+        if refs and engine in rates:
+            medians.append(
+                statistics.median(value / max(rates[ref][k] for ref in refs) for k, value in enumerate(rates[engine]))
+            )
+    return min(medians)
+
+
+def sub_races(engines: list[str], n_envs: int, split: int) -> list[list[str]]:
+    """The races of one task and env count: every engine in one race, except that from ``split`` envs on, the engines
+    that start one process per env (64 MuJoCo or Atari processes each, twice, do not fit in 24 GB) race apart, each
+    against the pool and DummyVecEnv."""
+    apart = [engine for engine in PER_ENV_PROCESS if engine in engines] if n_envs >= split else []
+    races = [[engine for engine in engines if engine not in apart]]
+    return races + [[engine for engine in (POOL, "DummyVecEnv") if engine in engines] + [engine] for engine in apart]
+
+
+def medians(races: list[dict[str, list[float]]]) -> dict[str, float]:
+    """Each engine's median rate, from the first race it ran in."""
+    found: dict[str, float] = {}
+    for rates in races:
+        for engine, values in rates.items():
+            found.setdefault(engine, statistics.median(values))
+    return found
+
+
+def report(
+    results: dict[str, list[dict[str, list[float]]]], engines: list[str], args: argparse.Namespace, load: float, failed: dict
+) -> str:
+    others = [engine for engine in MULTI_PROCESS if engine in engines]
+    lines = [
+        "# AsyncEnvPool against the vectorizers (benchmarks/scripts/env_pool_race.py)",
+        "",
+        f"Random actions, synchronous stepping. Per task and env count one fresh process steps every engine in bursts of"
+        f" {args.seconds} s, in a new random order each of {args.rounds} rounds (PufferLib, whose workers spin, opened"
+        f" for each of its bursts and closed after it; the others open throughout);"
+        f" ratios are taken within a round, medians over rounds (absolute steps/s are medians, for scale). From"
+        f" {args.split} envs on, SubprocVecEnv and gymnasium's AsyncVectorEnv (one process per env each) race apart,"
+        f" each against the pool and DummyVecEnv in its own process, and a ratio to them is taken in that race."
+        f" {args.busy} CPU-bound processes ran beside the race. Load average at start: {load:.2f}."
+        f" {platform.machine()}, {os.cpu_count()} cores, Python"
+        f" {platform.python_version()}, torch threads 1 in every process; gymnasium {version('gymnasium')},"
+        f" stable-baselines3 {version('stable_baselines3')}, pufferlib-core {version('pufferlib-core')}, torchrl"
+        f" {version('torchrl')}.",
+        "",
+        "| task | envs | " + " | ".join(engines) + " | pool / fastest multi-process | pool / DummyVecEnv |",
+        "|---|---" + "|---" * len(engines) + "|---|---|",
+    ]
+    for key, races in results.items():
+        task, n_envs = key.rsplit(" ", 1)
+        rates = medians(races)
+        cells = " | ".join(f"{rates[engine]:,.0f}" for engine in engines)
+        to_dummy = ratio(races[:1], POOL, ["DummyVecEnv"])
+        lines.append(f"| {task} | {n_envs} | {cells} | {ratio(races, POOL, others):.2f} | {to_dummy:.2f} |")
+    for key, why in failed.items():
+        lines.append(f"| {key.rsplit(' ', 1)[0]} | {key.rsplit(' ', 1)[1]} | {why} |")
+    missing = [engine for engine in ENGINES if engine not in engines]
+    if missing:
+        lines += ["", f"Left out (library not installed): {', '.join(missing)}."]
+    lines += ["", f"Command: `python benchmarks/scripts/env_pool_race.py --rounds {args.rounds} --seconds {args.seconds}"
+              f" --busy {args.busy} --tasks {' '.join(args.tasks)} --sizes {' '.join(map(str, args.sizes))}`", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--seconds", type=float, default=0.5)
+    parser.add_argument("--busy", type=int, default=0, help="CPU-bound processes beside the race")
+    parser.add_argument("--tasks", nargs="*", default=list(TASKS))
+    parser.add_argument("--sizes", nargs="*", type=int, default=list(SIZES))
+    parser.add_argument("--engines", nargs="*", help="a subset of the engines (default: every one installed)")
+    parser.add_argument("--out", default="benchmarks/results/env_pool_race")
+    parser.add_argument("--split", type=int, default=32, help="env count from which the per-env-process engines race apart")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds for one task and env count")
+    parser.add_argument("--one", nargs=2, metavar=("TASK", "N_ENVS"), help="one task's race (internal)")
+    args = parser.parse_args()
+    engines = [engine for engine in (args.engines or ENGINES) if available(engine)]
+    if args.one:
+        print(json.dumps(race(args.one[0], int(args.one[1]), engines, args.rounds, args.seconds)))
+        return
+    load = os.getloadavg()[0]
+    hogs = [multiprocessing.get_context("fork").Process(target=busy_loop, daemon=True) for _ in range(args.busy)]
+    for hog in hogs:
+        hog.start()
+    results: dict[str, list[dict[str, list[float]]]] = {}
+    failed: dict[str, str] = {}
+    os.makedirs(args.out, exist_ok=True)
+    try:
+        for task in args.tasks:
+            for n_envs in args.sizes:
+                key = f"{task} {n_envs}"
+                results[key] = []
+                for group in sub_races(engines, n_envs, args.split):
+                    command = [sys.executable, __file__, "--one", task, str(n_envs), "--rounds", str(args.rounds),
+                               "--seconds", str(args.seconds), "--engines", *group]  # fmt: skip
+                    try:
+                        out = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+                    except subprocess.TimeoutExpired:
+                        failed[key] = f"{', '.join(group)}: did not finish in {args.timeout:.0f} s"
+                        break
+                    if out.returncode != 0:
+                        errors = [line for line in out.stderr.splitlines() if "Error" in line] or [f"exit {out.returncode}"]
+                        failed[key] = f"{', '.join(group)}: {errors[-1].strip()}"
+                        break
+                    results[key].append(json.loads(out.stdout.strip().splitlines()[-1]))
+                if key in failed:
+                    del results[key]
+                print(key, failed.get(key) or medians(results[key]), flush=True)
+                record = {"args": vars(args), "engines": engines, "load_average_at_start": load, "steps_per_s": results}
+                with open(os.path.join(args.out, "results.json"), "w") as file:
+                    json.dump({**record, "failed": failed}, file, indent=1)
+    finally:
+        for hog in hogs:
+            hog.kill()
+    text = report(results, engines, args, load, failed)
+    with open(os.path.join(args.out, "README.md"), "w") as file:
+        file.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
