@@ -151,7 +151,7 @@ def deterministic_actor_critic(run: PeerRun, algorithm_class: Any, **algorithm_k
     actor = ContinuousActorDeterministic(
         preprocess_net=Net(state_shape=state_shape, hidden_sizes=hidden),
         action_shape=action_shape,
-        max_action=float(env.action_space.high[0]),
+        max_action=float(env.action_space.high[0]),  # type: ignore[attr-defined]
     )
 
     def critic() -> Any:

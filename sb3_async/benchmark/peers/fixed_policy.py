@@ -1,6 +1,7 @@
 """The smallest adapter: no RL library and no learning. It steps the env with random actions (its "training",
 so that env steps and the clock advance) and is evaluated on a fixed controller: on CartPole-v1 the pole-balancing
-rule "push toward where the pole is falling" (it holds the pole for the whole 500 steps), elsewhere zero actions.
+linear rule "push toward where the pole is falling, and back toward the centre" (it holds the pole for the whole 500
+steps: tested on 60 seeds), elsewhere zero actions.
 
 It is the template of an adapter (build, ``run.start()``, then ``run.step(steps, policy)`` between batches) and the
 test of the peer protocol end to end, runnable under any Python with gymnasium:
@@ -25,8 +26,9 @@ SOURCES = {env_id: "fixed controller, no training: the protocol's own test peer"
 
 
 def cartpole_controller(obs: np.ndarray) -> np.ndarray:
-    """Push right (1) when the pole falls right: its angle plus its angular velocity is positive."""
-    return (obs[:, 2] + obs[:, 3] > 0).astype(np.int64)
+    """Push right (1) when ``0.1 x + 0.5 x' + θ + θ'`` is positive: the pole falls right, or the cart drifts right
+    (without the cart's terms the cart leaves the track in some episodes)."""
+    return (obs @ np.array([0.1, 0.5, 1.0, 1.0]) > 0).astype(np.int64)
 
 
 def zero_actions(shape: tuple[int, ...]) -> Policy:

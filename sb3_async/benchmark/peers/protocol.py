@@ -267,7 +267,7 @@ def main(
     spec = RunSpec.from_dict(json.loads(args.spec.read_text()))
     result_path, home = args.result.absolute(), Path.cwd()
     adapter = Path(sys.modules[train.__module__].__file__ or spec.adapter or "adapter").name
-    peer = dict(
+    peer: dict[str, Any] = dict(
         library=library,
         adapter=spec.adapter,
         python=sys.executable,

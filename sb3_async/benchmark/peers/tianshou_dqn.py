@@ -71,7 +71,7 @@ def train(run: PeerRun) -> None:
     train_envs = dummy_vector_env(run.env_id, settings["num_train_envs"], run.seed)
     net = Net(
         state_shape=env.observation_space.shape,
-        action_shape=int(env.action_space.n),
+        action_shape=int(env.action_space.n),  # type: ignore[attr-defined]
         hidden_sizes=settings["hidden_sizes"],
     )
     policy = DiscreteQLearningPolicy(
