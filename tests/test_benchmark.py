@@ -491,4 +491,4 @@ def test_envs_have_the_protocol_thresholds() -> None:
         assert set(entry.envs) <= set(registry.ENVS)
         assert entry.config_path().is_file(), entry
         for peer in entry.peers:
-            assert registry.get_algorithm(peer).library == "sb3"
+            assert registry.get_algorithm(peer).library in ("sb3", "external")

@@ -1,6 +1,7 @@
 """The benchmark: ``python -m sb3_async.benchmark --suite NAME --out DIR`` (``--list`` shows the suites).
 
-It runs sb3_async's algorithms and their stock SB3 peers under the same protocol (docs/benchmarks.md):
+It runs sb3_async's algorithms and their peers (stock SB3, and other libraries through
+:mod:`~sb3_async.benchmark.peers`) under the same protocol (docs/benchmarks.md):
 hyperparameters from the RL Zoo's YAML files, each run in a fresh process on the same cores, runs interleaved, deterministic
 evaluation every fixed number of env steps with the evaluation time off the clock, and it writes
 ``DIR/results.json`` (one record per run), ``DIR/results.md`` (ratios first) and PNG plots.
@@ -8,7 +9,8 @@ evaluation every fixed number of env steps with the evaluation time off the cloc
 - :mod:`~sb3_async.benchmark.registry`: envs and their thresholds, algorithms and their peers
   (:func:`register_algorithm`: how a new algorithm joins);
 - :mod:`~sb3_async.benchmark.suites`: the named suites (:func:`register_suite`) and the runs each one makes;
-- :mod:`~sb3_async.benchmark.run_one`: one run, in its own process;
+- :mod:`~sb3_async.benchmark.run_one`: one run, in its own process (:mod:`~sb3_async.benchmark.records`: what every
+  run writes; :mod:`~sb3_async.benchmark.peers`: the external peers' adapters and their protocol);
 - :mod:`~sb3_async.benchmark.runner`: a whole suite, with a progress bar;
 - :mod:`~sb3_async.benchmark.stats`: the runs aggregated over seeds (medians, ratios to the peers);
 - :mod:`~sb3_async.benchmark.report` and :mod:`~sb3_async.benchmark.plots`: the tables and plots, both reading

@@ -7,6 +7,7 @@ Examples::
     python -m sb3_async.benchmark --suite cartpole --out benchmarks/results/cartpole --seeds 5 --algos a3c,a2c
     python -m sb3_async.benchmark --report benchmarks/results/cartpole     # results.md and plots from results.json
     python -m sb3_async.benchmark --merge /tmp/s0 /tmp/s12 --out benchmarks/results/x  # seeds run apart, one table
+    python -m sb3_async.benchmark --suite cartpole --algos a3c,torchrl_ppo --peer-python peers=.venv-peers/bin/python
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m sb3_async.benchmark",
         description=(
-            "Benchmark sb3_async's algorithms against their SB3 peers under one protocol (zoo hyperparameters, a fresh"
-            " process per run, evaluation off the clock); see docs/benchmarks.md in the project's repository."
+            "Benchmark sb3_async's algorithms against their SB3 and external peers under one protocol (zoo hyperparameters,"
+            " a fresh process per run, evaluation off the clock); see docs/benchmarks.md in the project's repository."
         ),
     )
     parser.add_argument("--suite", help="the suite to run (see --list)")
@@ -46,7 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--first-seed", type=int, default=0, help="first seed (seeds K .. K+N-1; to add seeds to an earlier run)"
     )
-    parser.add_argument("--algos", help="comma-separated algorithms (default: the suite's, with their SB3 peers)")
+    parser.add_argument(
+        "--algos",
+        help="comma-separated algorithms (default: the suite's, with their SB3 peers; external peers run when named)",
+    )
     parser.add_argument("--envs", help="comma-separated env ids: only these of the suite's envs (default: all)")
     parser.add_argument("--budget-seconds", type=float, help="training-clock budget per run (default: the suite's)")
     parser.add_argument(
@@ -56,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch threads of each run's main process (default: the suite's; 0: torch's default)",
     )
     parser.add_argument("--device", default="cpu", help="torch device of every model (default: cpu)")
+    parser.add_argument(
+        "--peer-python",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="the interpreter of an external peer's environment, by environment name (peers, sf) or peer name; "
+        "repeatable (default: .venv-NAME/bin/python at the repository's root)",
+    )
     parser.add_argument("--list", action="store_true", help="list the suites and exit")
     parser.add_argument("--report", type=Path, metavar="DIR", help="re-render DIR/results.md and plots from DIR/results.json")
     parser.add_argument(
@@ -69,6 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-plots", action="store_true", help="write no PNG (matplotlib not needed)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
+
+
+def parse_peer_pythons(values: Sequence[str]) -> dict[str, str]:
+    """``["peers=/x/bin/python", ...]`` -> ``{"peers": "/x/bin/python"}``.
+
+    :raises ValueError: for a value that is not ``NAME=PATH``
+    """
+    pythons = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ValueError(f"Invalid --peer-python {value!r}: expected NAME=PATH (e.g. peers=.venv-peers/bin/python)")
+        pythons[name.strip()] = path.strip()
+    return pythons
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -109,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name in algos:
                 get_algorithm(name)
         envs = [env_id.strip() for env_id in args.envs.split(",") if env_id.strip()] if args.envs else None
+        pythons = parse_peer_pythons(args.peer_python)
         # validate before running
         plan_runs(
             suite,
@@ -117,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             budget_seconds=args.budget_seconds,
             first_seed=args.first_seed,
             envs=envs,
+            pythons=pythons,
         )
     except ValueError as error:
         parser.error(str(error))
@@ -136,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command=command,
         first_seed=args.first_seed,
         envs=envs,
+        pythons=pythons,
     )
     written = write_report(results, out, plots=not args.no_plots)
     failed = [run["run_id"] for run in results["runs"] if run.get("error")]

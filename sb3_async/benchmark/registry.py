@@ -1,24 +1,34 @@
-"""What the benchmark knows: the envs (with their thresholds) and the algorithms (ours and their SB3 peers).
+"""What the benchmark knows: the envs (with their thresholds) and the algorithms (ours and their peers).
 
 New algorithms join the benchmark with one :func:`register_algorithm` call in the "Registered algorithms" section at
 the end of this module (or from any module imported before the benchmark runs): a name (the RL Zoo's ``--algo``
-value), a library, the SB3 peer(s) it is compared with, and the envs it is benchmarked on. The suites
+value), a library, the peer(s) it is compared with, and the envs it is benchmarked on. The suites
 (:mod:`sb3_async.benchmark.suites`) pick their algorithms from this table; the runner and the report never name an
 algorithm.
 
-Hyperparameters always come from the RL Zoo's YAML files: ``zoo_configs/<name>.yml`` for ours (the file
-:mod:`sb3_async.zoo` registers), ``rl_zoo3/hyperparams/<name>.yml`` (shipped with the zoo) for SB3's algorithms.
+Hyperparameters of ours and of SB3's algorithms come from the RL Zoo's YAML files: ``zoo_configs/<name>.yml`` for
+ours (the file :mod:`sb3_async.zoo` registers), ``rl_zoo3/hyperparams/<name>.yml`` (shipped with the zoo) for SB3's.
+
+External peers (library ``"external"``: TorchRL, Tianshou, ...) each have an *adapter*, a module of
+:mod:`sb3_async.benchmark.peers` that trains with its library's own components and settings (taken from the library's
+examples, the source named beside each value) under the protocol of :mod:`sb3_async.benchmark.peers.protocol`. It
+runs in a fresh process under the Python of the peer's own virtual environment (``python_env``), so the benchmark
+never imports it nor its library.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-#: The two libraries an algorithm can come from.
-LIBRARIES = ("sb3_async", "sb3")
+#: The libraries an algorithm can come from: ours, stock SB3 (through the RL Zoo) and external peers (an adapter each).
+LIBRARIES = ("sb3_async", "sb3", "external")
+
+#: The Python environment of external peers unless registered otherwise (``benchmarks/peers/make_peer_venvs.sh``).
+DEFAULT_PYTHON_ENV = "peers"
 
 
 @dataclass(frozen=True)
@@ -40,14 +50,18 @@ class AlgorithmEntry:
     """An algorithm of the benchmark.
 
     :param name: the RL Zoo's ``--algo`` value (``"a3c"``, ``"a2c"``, ``"dqn"``, ...)
-    :param library: ``"sb3_async"`` (ours) or ``"sb3"`` (a stock SB3 peer)
-    :param peers: for ours, the SB3 algorithms it is compared with (the ratio's denominators)
+    :param library: ``"sb3_async"`` (ours), ``"sb3"`` (a stock SB3 peer) or ``"external"`` (a peer from another
+        library, run by its adapter)
+    :param peers: for ours, the algorithms it is compared with (the ratio's denominators)
     :param envs: the env ids it is benchmarked on
     :param config: the zoo YAML file of its hyperparameters; None: ``zoo_configs/<name>.yml`` for ours, the zoo's
         shipped ``hyperparams/<name>.yml`` for SB3's
     :param config_aliases: env id -> the YAML entry to use when the file has no entry of that id (e.g. the zoo ships
         ``HalfCheetah-v4`` entries only: ``{"HalfCheetah-v5": "HalfCheetah-v4"}``); recorded with each run
     :param optimizers: the values its ``optimizer`` argument accepts (the ``optimizers`` suite sweeps them)
+    :param adapter: for an external peer, the module that runs it (``python -m ADAPTER SPEC.json RESULT.json``)
+    :param python_env: for an external peer, the name of the virtual environment it runs in (``--peer-python
+        NAME=PATH``; by default ``.venv-NAME/bin/python`` at the repository's root)
     """
 
     name: str
@@ -57,15 +71,23 @@ class AlgorithmEntry:
     config: Path | None = None
     config_aliases: Mapping[str, str] = field(default_factory=dict)
     optimizers: tuple[str, ...] = ()
+    adapter: str | None = None
+    python_env: str | None = None
 
     @property
     def is_ours(self) -> bool:
         return self.library == "sb3_async"
 
+    @property
+    def is_external(self) -> bool:
+        return self.library == "external"
+
     def config_path(self) -> Path:
-        """The YAML file its hyperparameters come from."""
+        """The YAML file its hyperparameters come from (an external peer's: its adapter's source file)."""
         if self.config is not None:
             return Path(self.config)
+        if self.adapter is not None:
+            return adapter_path(self.adapter)
         if self.is_ours:
             from sb3_async import zoo
 
@@ -74,6 +96,17 @@ class AlgorithmEntry:
         import rl_zoo3
 
         return Path(rl_zoo3.__file__).resolve().parent / "hyperparams" / f"{self.name}.yml"
+
+
+def adapter_path(module: str) -> Path:
+    """The source file of an adapter module, found without executing it (its library may not be installed here).
+
+    :raises ValueError: when no such module exists
+    """
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ValueError(f"Invalid adapter={module!r}: no such module")
+    return Path(spec.origin)
 
 
 _ENVS: dict[str, EnvEntry] = {}
@@ -99,19 +132,27 @@ def register_algorithm(
     config: str | Path | None = None,
     config_aliases: Mapping[str, str] | None = None,
     optimizers: Sequence[str] = (),
+    adapter: str | None = None,
+    python_env: str | None = None,
 ) -> AlgorithmEntry:
     """Add an algorithm to the benchmark (see :class:`AlgorithmEntry` for the arguments).
 
     Ours are compared with their ``peers``; the peers must be registered too (in any order) and list the same envs
-    to be run on them. Registering a name again replaces its entry.
+    to be run on them. An external peer needs its ``adapter`` (its ``python_env`` defaults to
+    :data:`DEFAULT_PYTHON_ENV`). Registering a name again replaces its entry.
 
-    :raises ValueError: for an unknown library or env, or an SB3 algorithm given peers
+    :raises ValueError: for an unknown library or env, a peer given peers, an external peer without an adapter or an
+        adapter given to another library
     """
     if library not in LIBRARIES:
         raise ValueError(f"Invalid library={library!r} for {name!r}: expected one of {', '.join(LIBRARIES)}")
     peers = (peers,) if isinstance(peers, str) else tuple(peers)
-    if library == "sb3" and peers:
-        raise ValueError(f"{name!r} is an SB3 algorithm: only sb3_async algorithms have peers")
+    if library != "sb3_async" and peers:
+        raise ValueError(f"{name!r} is a peer ({library}): only sb3_async algorithms have peers")
+    if (library == "external") != (adapter is not None):
+        raise ValueError(
+            f"Invalid adapter={adapter!r} for {name!r} ({library}): an external peer needs one, the others take none"
+        )
     envs = tuple(envs)
     unknown = [env_id for env_id in envs if env_id not in _ENVS]
     if unknown:
@@ -127,6 +168,8 @@ def register_algorithm(
         config=None if config is None else Path(config),
         config_aliases=MappingProxyType(dict(config_aliases or {})),
         optimizers=tuple(optimizers),
+        adapter=adapter,
+        python_env=(python_env or DEFAULT_PYTHON_ENV) if library == "external" else None,
     )
     _ALGORITHMS[name] = entry
     return entry
@@ -182,7 +225,8 @@ _MUJOCO_ALIASES = {"HalfCheetah-v5": "HalfCheetah-v4", "Hopper-v5": "Hopper-v4"}
 register_algorithm(
     "a3c",
     "sb3_async",
-    peers=("a2c", "ppo_lstm"),  # ppo_lstm: sb3-contrib's RecurrentPPO, the peer of A3C-LSTM on CartPoleNoVel-v1
+    # ppo_lstm: sb3-contrib's RecurrentPPO, the peer of A3C-LSTM on CartPoleNoVel-v1
+    peers=("a2c", "ppo_lstm", "torchrl_ppo"),
     envs=("CartPole-v1", "LunarLander-v3", "Pendulum-v1", "HalfCheetah-v5", PONG, "CartPoleNoVel-v1"),
     optimizers=("shared_rmsprop", "rmsprop", "sgd"),
 )
@@ -190,18 +234,30 @@ register_algorithm("ppo_lstm", "sb3", envs=("CartPoleNoVel-v1",))
 register_algorithm(
     "a2c", "sb3", envs=("CartPole-v1", "LunarLander-v3", "Pendulum-v1", "HalfCheetah-v5", PONG), config_aliases=_MUJOCO_ALIASES
 )
+_DQN_PEERS = ("dqn", "tianshou_dqn", "torchrl_dqn")
 for _name in ("async_one_step_q", "async_sarsa", "async_n_step_q"):
     register_algorithm(
         _name,
         "sb3_async",
-        peers="dqn",
+        peers=_DQN_PEERS,
         envs=("CartPole-v1", "LunarLander-v3", PONG),
         optimizers=("shared_rmsprop", "rmsprop", "sgd"),
     )
-register_algorithm("apex_dqn", "sb3_async", peers="dqn", envs=("CartPole-v1", "LunarLander-v3", PONG))
-register_algorithm("apex_dpg", "sb3_async", peers=("td3", "ddpg"), envs=("Pendulum-v1",))
+register_algorithm("apex_dqn", "sb3_async", peers=_DQN_PEERS, envs=("CartPole-v1", "LunarLander-v3", PONG))
+_CONTINUOUS_PEERS = ("td3", "ddpg", "tianshou_td3", "tianshou_ddpg", "torchrl_td3")
+register_algorithm("apex_dpg", "sb3_async", peers=_CONTINUOUS_PEERS, envs=("Pendulum-v1",))
 _OFF_POLICY_CONTINUOUS = ("Pendulum-v1", "HalfCheetah-v5", "Hopper-v5")
-register_algorithm("ae_ddpg", "sb3_async", peers=("td3", "ddpg"), envs=_OFF_POLICY_CONTINUOUS)
+register_algorithm("ae_ddpg", "sb3_async", peers=_CONTINUOUS_PEERS, envs=_OFF_POLICY_CONTINUOUS)
 register_algorithm("dqn", "sb3", envs=("CartPole-v1", "LunarLander-v3", PONG))
 register_algorithm("ddpg", "sb3", envs=_OFF_POLICY_CONTINUOUS, config_aliases=_MUJOCO_ALIASES)
 register_algorithm("td3", "sb3", envs=_OFF_POLICY_CONTINUOUS, config_aliases=_MUJOCO_ALIASES)
+
+# --- External peers: an adapter each (sb3_async/benchmark/peers/), run under .venv-peers/bin/python by default -------
+
+_PEERS = "sb3_async.benchmark.peers."
+register_algorithm("torchrl_ppo", "external", envs=("CartPole-v1",), adapter=_PEERS + "torchrl_ppo")
+register_algorithm("torchrl_dqn", "external", envs=("CartPole-v1",), adapter=_PEERS + "torchrl_dqn")
+register_algorithm("tianshou_dqn", "external", envs=("CartPole-v1",), adapter=_PEERS + "tianshou_dqn")
+register_algorithm("tianshou_td3", "external", envs=("Pendulum-v1",), adapter=_PEERS + "tianshou_td3")
+register_algorithm("tianshou_ddpg", "external", envs=("Pendulum-v1",), adapter=_PEERS + "tianshou_ddpg")
+register_algorithm("torchrl_td3", "external", envs=("Pendulum-v1",), adapter=_PEERS + "torchrl_td3")

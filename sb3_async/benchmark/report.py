@@ -1,5 +1,5 @@
 """From ``results.json`` to ``results.md`` and the plots: tables of the runs aggregated over seeds
-(:mod:`~sb3_async.benchmark.stats`) and of their ratios to the SB3 peers.
+(:mod:`~sb3_async.benchmark.stats`) and of their ratios to the peers (SB3's, and external libraries').
 
 Rules, stated again in every report:
 
@@ -7,7 +7,7 @@ Rules, stated again in every report:
   to threshold; it sorts after every run that did. The median is therefore a real measured time when more than half
   of the seeds reached the threshold, and ``n/r`` (not reached) otherwise (with an even number of seeds the median
   averages the two middle runs, so it is ``n/r`` as soon as half of the seeds failed).
-- **Ratio = ours / its SB3 peer**, of those medians (wall-clock seconds, then env steps): below 1 ours is faster.
+- **Ratio = ours / its peer**, of those medians (wall-clock seconds, then env steps): below 1 ours is faster.
   When either median is ``n/r`` the ratio is not a number and the table says which side failed.
 - Runs that crashed (``error`` in the record) are left out of every median and listed under "Errors".
 """
@@ -170,10 +170,26 @@ def _protocol(results: dict[str, Any]) -> list[str]:
         "- hyperparameters: the RL Zoo's YAML files, exactly as its `train` reads them (overrides of this suite "
         "listed per run in results.json): "
         + "; ".join(f"{algo} ({library}) from `{source}`" for algo, library, source in sources if source),
+        *_external_peers(results),
         f"- {MEMORY_RULE}",
         "",
     ]
     return lines
+
+
+def _external_peers(results: dict[str, Any]) -> list[str]:
+    peers = {run["algo"]: run["peer"] for run in results["runs"] if run.get("peer")}
+    if not peers:
+        return []
+    described = []
+    for algo, peer in peers.items():
+        versions = ", ".join(f"{name} {version}" for name, version in peer.get("versions", {}).items() if version)
+        described.append(f"{algo}: {versions}; Python {peer.get('python_version')} (`{peer.get('python')}`)")
+    return [
+        "- external peers: each run in a fresh process under the Python of the peer's own environment, trained by its "
+        "library's own components with the settings of its examples (the source above), evaluated and timed by the "
+        "same protocol (deterministic policy on a fresh `gymnasium.make(env)` env, off the clock): " + "; ".join(described)
+    ]
 
 
 def _errors(results: dict[str, Any]) -> list[str]:
@@ -200,7 +216,7 @@ def _peers(results: dict[str, Any]) -> dict[str, list[str]]:
 def render_race(results: dict[str, Any], images: dict[str, str]) -> list[str]:
     stats = group_stats(results["runs"])
     rows = ratio_rows(stats, _peers(results))
-    lines = ["## Ratios: ours / SB3 peer (below 1: ours is faster)", ""]
+    lines = ["## Ratios: ours / peer (below 1: ours is faster)", ""]
     if rows:
         lines += _table(
             ["env", "ours", "peer", "wall-clock ratio", "env-steps ratio", "seeds reaching (ours, peer)"],
@@ -217,7 +233,7 @@ def render_race(results: dict[str, Any], images: dict[str, str]) -> list[str]:
             ),
         )
     else:
-        lines.append("No pair of an sb3_async algorithm and its SB3 peer in these runs: no ratio.")
+        lines.append("No pair of an sb3_async algorithm and its peer in these runs: no ratio.")
     lines += ["", MEDIAN_RULE, ""]
     for env in dict.fromkeys(stat.env for stat in stats):
         env_stats = [stat for stat in stats if stat.env == env]

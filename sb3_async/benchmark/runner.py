@@ -1,7 +1,8 @@
 """Runs a suite: every run in a fresh process, one after the other, with a progress bar; writes ``results.json``.
 
-Each run is ``python -m sb3_async.benchmark.run_one`` in its own process, so that every algorithm pays its own
-process start-up and memory is measured for that run alone. Runs are sequential (they share the same cores and
+Each run is ``python -m sb3_async.benchmark.run_one`` in its own process (an external peer's: ``PYTHON -m ADAPTER``,
+under the interpreter of the peer's own environment), so that every algorithm pays its own process start-up and
+memory is measured for that run alone. Runs are sequential (they share the same cores and
 nothing else runs beside them) and interleaved by :func:`sb3_async.benchmark.suites.plan_runs`. ``results.json`` is
 rewritten after every run, so an interrupted suite keeps what it measured.
 """
@@ -26,9 +27,9 @@ from typing import Any
 
 import psutil
 
+from sb3_async.benchmark.records import EVENT_PREFIX, failed_record
 from sb3_async.benchmark.registry import ENVS, peers_of
-from sb3_async.benchmark.run_one import EVENT_PREFIX, failed_record
-from sb3_async.benchmark.suites import RunSpec, Suite, plan_runs
+from sb3_async.benchmark.suites import REPO_ROOT, RunSpec, Suite, plan_runs
 from sb3_async.common.torch_utils import usable_cpus
 
 #: Extra seconds a run may take beyond its budget (process start-up, evaluations, worker shutdown) before it is killed.
@@ -100,7 +101,21 @@ def suite_info(suite: Suite, runs: Sequence[RunSpec]) -> dict[str, Any]:
         torch_threads=first.torch_threads,
         evals_per_run=suite.evals_per_run,
         final_eval_episodes=suite.final_eval_episodes,
+        peer_pythons={run.algo: run.python for run in runs if run.python is not None},
     )
+
+
+def run_command(spec: RunSpec, spec_path: Path, result_path: Path) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment variables of a run. An external peer runs its adapter under its own
+    interpreter, with this checkout first on ``PYTHONPATH`` (the adapter imports the protocol from it; the peer's
+    environment need not have sb3_async installed)."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
+    if spec.adapter is None:
+        return [sys.executable, "-m", "sb3_async.benchmark.run_one", str(spec_path), str(result_path)], env
+    if spec.python is None:
+        raise ValueError(f"Invalid spec for {spec.run_id!r}: adapter={spec.adapter!r} without its python")
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return [spec.python, "-m", spec.adapter, str(spec_path), str(result_path)], {**env, "PYTHONPATH": path}
 
 
 class Progress:
@@ -138,8 +153,7 @@ def execute(spec: RunSpec, workdir: Path, progress: Progress, log_dir: Path) -> 
     spec_path, result_path = workdir / f"{spec.run_id}.spec.json", workdir / f"{spec.run_id}.result.json"
     spec_path.write_text(json.dumps(spec.to_dict()))
     result_path.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "sb3_async.benchmark.run_one", str(spec_path), str(result_path)]
+    command, env = run_command(spec, spec_path, result_path)
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
     )
@@ -184,7 +198,8 @@ def execute(spec: RunSpec, workdir: Path, progress: Progress, log_dir: Path) -> 
         reason = "timed out" if timed_out.is_set() else f"exited with code {returncode}"
         tail = "".join(log[-60:])
         error = (record or {}).get("error") or f"run {reason}:\n{tail}"
-        record = failed_record(spec, error)
+        peer = (record or {}).get("peer")  # an external peer's library and interpreter, known even when it failed
+        record = failed_record(spec, error) | ({"peer": peer} if peer else {})
         log_dir.mkdir(parents=True, exist_ok=True)
         (log_dir / f"{spec.run_id}.log").write_text("".join(log))
     return record
@@ -202,6 +217,7 @@ def run_suite(
     command: Sequence[str] | None = None,
     first_seed: int = 0,
     envs: Sequence[str] | None = None,
+    pythons: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run ``suite`` (see :func:`~sb3_async.benchmark.suites.plan_runs` for the arguments) and write
     ``out_dir/results.json``; logs of failed runs go to ``out_dir/logs/``. Returns the results."""
@@ -214,6 +230,7 @@ def run_suite(
         torch_threads=torch_threads,
         first_seed=first_seed,
         envs=envs,
+        pythons=pythons,
     )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

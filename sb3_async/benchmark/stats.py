@@ -4,7 +4,7 @@
 - **Medians over seeds, not-reached counted as infinitely slow** (:func:`median_to_threshold`): a run that never
   reached the threshold has no time to threshold and sorts after every run that did, so the median is a measured time
   when more than half of the seeds reached the threshold, and ``None`` (not reached) otherwise.
-- **Ratio = ours / its SB3 peer** of those medians (:func:`ratio`): ``None`` when either is not reached.
+- **Ratio = ours / its peer** of those medians (:func:`ratio`): ``None`` when either is not reached.
 - Runs that crashed (``error`` in the record) are left out of every median (:func:`group_stats`).
 """
 
@@ -106,7 +106,7 @@ def group_stats(records: Sequence[dict[str, Any]]) -> list[GroupStats]:
 
 @dataclass
 class RatioRow:
-    """Ours against one SB3 peer on one env."""
+    """Ours against one peer on one env."""
 
     env: str
     ours: GroupStats

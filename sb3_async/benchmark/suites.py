@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,7 @@ class Suite:
     :param budget_seconds: training-clock seconds of a run (evaluation excluded); None: no limit
     :param stop_at_threshold: stop a run at its first evaluation reaching the env's threshold
     :param algos: the algorithms; None: every sb3_async algorithm registered for one of the envs
-    :param include_peers: add the SB3 peers of the chosen algorithms
+    :param include_peers: add the SB3 peers of the chosen algorithms (external peers run only when named)
     :param variants: the variants of each algorithm (an empty list leaves the algorithm out of the suite)
     :param n_eval_episodes: episodes per evaluation
     :param torch_threads: torch threads of the main process of every run (``torch.set_num_threads``; our workers
@@ -97,7 +98,8 @@ class Suite:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run: what ``python -m sb3_async.benchmark.run_one`` executes in a fresh process (JSON-serializable)."""
+    """One run: what ``python -m sb3_async.benchmark.run_one`` executes in a fresh process (JSON-serializable); an
+    external peer's run is ``PYTHON -m ADAPTER`` instead (``python``: the interpreter of the peer's environment)."""
 
     suite: str
     run_id: str
@@ -121,6 +123,8 @@ class RunSpec:
     evaluate_after_threshold: bool = True
     evals_per_run: int | None = None
     final_eval_episodes: int | None = None
+    adapter: str | None = None
+    python: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -178,12 +182,39 @@ def select_algorithms(suite: Suite, algos: Sequence[str] | None = None) -> list[
     else:
         ours = [name for name, entry in ALGORITHMS.items() if entry.is_ours and set(entry.envs) & set(suite.envs)]
     chosen = list(ours)
-    if suite.include_peers:  # the peers benchmarked on the suite's envs (A3C's ppo_lstm runs on CartPoleNoVel-v1 only)
+    if suite.include_peers:  # the SB3 peers benchmarked on the suite's envs (A3C's ppo_lstm: CartPoleNoVel-v1 only)
         for name in ours:
             chosen += [
-                peer for peer in peers_of(name) if peer not in chosen and set(get_algorithm(peer).envs) & set(suite.envs)
+                peer
+                for peer in peers_of(name)
+                if peer not in chosen
+                and not get_algorithm(peer).is_external  # they need their own environments: only when named
+                and set(get_algorithm(peer).envs) & set(suite.envs)
             ]
     return chosen
+
+
+#: The repository's root, where ``benchmarks/peers/make_peer_venvs.sh`` builds the peers' environments.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def peer_python(entry: AlgorithmEntry, pythons: Mapping[str, str] | None = None) -> str:
+    """The interpreter an external peer runs under: ``pythons[entry.name]``, else ``pythons[entry.python_env]``, else
+    ``.venv-<python_env>/bin/python`` at the repository's root (a virtual environment's interpreter path is kept as
+    given, not resolved: the link is what selects the environment).
+
+    :raises ValueError: when none of them exists, saying how to build it or name it
+    """
+    pythons = pythons or {}
+    given = pythons.get(entry.name, pythons.get(str(entry.python_env)))
+    path = Path(given) if given is not None else REPO_ROOT / f".venv-{entry.python_env}" / "bin" / "python"
+    if not path.is_file():
+        how = "benchmarks/peers/make_peer_venvs.sh builds it"
+        raise ValueError(
+            f"No Python for peer {entry.name!r}: {path} does not exist ({how}; or pass "
+            f"--peer-python {entry.python_env}=PATH, the interpreter of an environment with its library)"
+        )
+    return str(path.absolute())
 
 
 def _slug(text: str) -> str:
@@ -199,6 +230,7 @@ def plan_runs(
     torch_threads: int | None = -1,
     first_seed: int = 0,
     envs: Sequence[str] | None = None,
+    pythons: Mapping[str, str] | None = None,
 ) -> list[RunSpec]:
     """Every run of ``suite``, interleaved: ``for seed: for env: for algorithm: for variant``.
 
@@ -210,8 +242,10 @@ def plan_runs(
     :param device: torch device of the models (the same for every algorithm)
     :param torch_threads: torch threads of each run's main process (default -1: the suite's; 0 or None: torch's
         default)
+    :param pythons: the interpreters of external peers, by peer or environment name (see :func:`peer_python`)
     """
     names = select_algorithms(suite, algos)
+    interpreters = {name: peer_python(entry, pythons) for name in names if (entry := get_algorithm(name)).is_external}
     n_seeds = suite.seeds if seeds is None else check_int("seeds", seeds, 1)
     first_seed = check_int("first_seed", first_seed, 0)
     budget = suite.budget_seconds if budget_seconds is None else float(budget_seconds)
@@ -231,6 +265,11 @@ def plan_runs(
                 if env_id not in entry.envs:
                     continue
                 for variant in suite.variants(entry):
+                    if entry.is_external and variant.params:
+                        raise ValueError(
+                            f"Suite {suite.name!r} overrides {', '.join(sorted(variant.params))} of {name!r}: an "
+                            "external peer runs with its own library's settings only"
+                        )
                     suffix = "" if variant.label == "default" else f"-{_slug(variant.label)}"
                     runs.append(
                         RunSpec(
@@ -256,6 +295,8 @@ def plan_runs(
                             evaluate_after_threshold=suite.evaluate_after_threshold,
                             evals_per_run=suite.evals_per_run,
                             final_eval_episodes=suite.final_eval_episodes,
+                            adapter=entry.adapter,
+                            python=interpreters.get(name),
                         )
                     )
     if not runs:

@@ -1,0 +1,32 @@
+"""Tianshou 2.0 TD3 on Pendulum-v1, as Tianshou's own Pendulum test builds and trains it: the peer of AE-DDPG and
+Ape-X DPG. Every setting is the test's (see ``SOURCES``)."""
+
+from __future__ import annotations
+
+import sys
+
+from sb3_async.benchmark.peers._tianshou import PACKAGES, PENDULUM_ACTOR_CRITIC, deterministic_actor_critic
+from sb3_async.benchmark.peers.protocol import PeerRun, main
+
+LIBRARY = "tianshou"
+HYPERPARAMETERS = {
+    "Pendulum-v1": dict(PENDULUM_ACTOR_CRITIC, policy_noise=0.2, noise_clip=0.5, update_actor_freq=2),
+}
+SOURCES = {"Pendulum-v1": "Tianshou's test/continuous/test_td3.py (Pendulum-v1)"}
+
+
+def train(run: PeerRun) -> None:
+    from tianshou.algorithm import TD3
+
+    settings = run.hyperparameters
+    deterministic_actor_critic(
+        run,
+        TD3,
+        policy_noise=settings["policy_noise"],
+        noise_clip=settings["noise_clip"],
+        update_actor_freq=settings["update_actor_freq"],
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main(train, LIBRARY, HYPERPARAMETERS, SOURCES, packages=PACKAGES))

@@ -1,0 +1,179 @@
+"""TorchRL 0.14 PPO on CartPole-v1 with its multi-process collector (``MultiSyncCollector``, one env process per
+worker): the peer of A3C.
+
+Built and trained as TorchRL's state-based PPO example does (sota-implementations/ppo: ``ppo_mujoco.py``, its
+``utils_mujoco.py`` and ``config_mujoco.yaml``): 64x64 tanh MLPs with orthogonal initialisation, ``ClipPPOLoss``, GAE
+recomputed at every epoch, a ``SamplerWithoutReplacement`` replay buffer of one batch, Adam (eps 1e-5) with the
+learning rate annealed linearly to 0 over the run. What differs from the example, and why:
+
+- the collector: ``MultiSyncCollector`` over ``num_workers`` processes instead of the example's single-process
+  ``Collector`` (the fastest synchronous, hence on-policy, collector TorchRL documents for one machine);
+- the action head: a ``Categorical`` over CartPole's two actions, as TorchRL's discrete (Atari) PPO example has it,
+  where the MuJoCo example has a ``TanhNormal``;
+- no observation normalisation (``VecNorm``): each collector process would keep statistics of its own, and
+  CartPole's observations are of order 1 (the example's ``normalize_observation`` setting, off).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any
+
+import numpy as np
+
+from sb3_async.benchmark.peers.protocol import PeerRun, main
+
+LIBRARY = "torchrl"
+PACKAGES = ("tensordict",)
+HYPERPARAMETERS = {
+    "CartPole-v1": dict(
+        # sota-implementations/ppo/config_mujoco.yaml
+        frames_per_batch=2048,
+        n_timesteps=1_000_000,  # total_frames
+        lr=3e-4,
+        anneal_lr=True,
+        gamma=0.99,
+        mini_batch_size=64,
+        ppo_epochs=10,
+        gae_lambda=0.95,
+        clip_epsilon=0.2,
+        critic_coef=0.25,
+        entropy_coef=0.0,
+        loss_critic_type="l2",
+        # utils_mujoco.py and ppo_mujoco.py
+        hidden_sizes=[64, 64],
+        adam_eps=1e-5,
+        normalize_advantage=True,
+        # this benchmark's layout: one collector process per core of the 2-core machine, as ours use 2 workers
+        num_workers=2,
+        normalize_observation=False,
+    ),
+}
+SOURCES = {
+    "CartPole-v1": "TorchRL 0.14 sota-implementations/ppo (config_mujoco.yaml, utils_mujoco.py, ppo_mujoco.py) with "
+    "a MultiSyncCollector and a Categorical head (the module docstring lists the differences)",
+}
+
+
+def make_env(env_id: str) -> Any:
+    """The example's env pipeline without observation normalisation: ``GymEnv`` + ``RewardSum`` + ``StepCounter``."""
+    from torchrl.envs import RewardSum, StepCounter, TransformedEnv
+    from torchrl.envs.libs.gym import GymEnv
+
+    env = TransformedEnv(GymEnv(env_id, device="cpu", categorical_action_encoding=True))
+    env.append_transform(RewardSum())
+    env.append_transform(StepCounter())
+    return env
+
+
+def make_models(env: Any, hidden_sizes: list[int]) -> tuple[Any, Any]:
+    """The example's actor (here with a Categorical head) and critic."""
+    import torch
+    from tensordict.nn import TensorDictModule
+    from torchrl.envs.utils import ExplorationType
+    from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
+
+    n_obs = env.observation_spec["observation"].shape[-1]
+    n_actions = env.action_spec_unbatched.space.n
+    policy_mlp = MLP(in_features=n_obs, activation_class=torch.nn.Tanh, out_features=n_actions, num_cells=hidden_sizes)
+    value_mlp = MLP(in_features=n_obs, activation_class=torch.nn.Tanh, out_features=1, num_cells=hidden_sizes)
+    for mlp, gain in ((policy_mlp, 1.0), (value_mlp, 0.01)):
+        for layer in mlp.modules():
+            if isinstance(layer, torch.nn.Linear):
+                torch.nn.init.orthogonal_(layer.weight, gain)
+                layer.bias.data.zero_()
+    actor = ProbabilisticActor(
+        TensorDictModule(policy_mlp, in_keys=["observation"], out_keys=["logits"]),
+        in_keys=["logits"],
+        spec=env.full_action_spec_unbatched,
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+        default_interaction_type=ExplorationType.RANDOM,
+    )
+    critic = ValueOperator(value_mlp, in_keys=["observation"])
+    return actor, critic
+
+
+def train(run: PeerRun) -> None:
+    import torch
+    from tensordict import TensorDict
+    from torchrl.collectors import MultiSyncCollector
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+    from torchrl.data.replay_buffers.samplers import SamplerWithoutReplacement
+    from torchrl.envs.utils import ExplorationType, set_exploration_type
+    from torchrl.objectives import ClipPPOLoss, group_optimizers
+    from torchrl.objectives.value import GAE
+
+    settings = run.hyperparameters
+    torch.manual_seed(run.seed)
+    proof = make_env(run.env_id)
+    actor, critic = make_models(proof, settings["hidden_sizes"])
+    proof.close()
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        observation = torch.as_tensor(obs, dtype=torch.float32)
+        with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+            action = actor(TensorDict({"observation": observation}, batch_size=[len(obs)]))["action"]
+        return action.numpy()
+
+    frames_per_batch, total_frames = int(settings["frames_per_batch"]), run.max_steps
+    n_minibatches = frames_per_batch // int(settings["mini_batch_size"])
+    total_updates = (total_frames // frames_per_batch) * int(settings["ppo_epochs"]) * n_minibatches
+    buffer = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(frames_per_batch),
+        sampler=SamplerWithoutReplacement(),
+        batch_size=int(settings["mini_batch_size"]),
+    )
+    advantage = GAE(gamma=settings["gamma"], lmbda=settings["gae_lambda"], value_network=critic, average_gae=False)
+    loss_module = ClipPPOLoss(
+        actor_network=actor,
+        critic_network=critic,
+        clip_epsilon=settings["clip_epsilon"],
+        loss_critic_type=settings["loss_critic_type"],
+        entropy_coeff=settings["entropy_coef"],
+        critic_coeff=settings["critic_coef"],
+        normalize_advantage=settings["normalize_advantage"],
+    )
+    lr = float(settings["lr"])
+    optim = group_optimizers(
+        torch.optim.Adam(actor.parameters(), lr=lr, eps=settings["adam_eps"]),
+        torch.optim.Adam(critic.parameters(), lr=lr, eps=settings["adam_eps"]),
+    )
+    collector = MultiSyncCollector(
+        create_env_fn=[functools.partial(make_env, run.env_id)] * int(settings["num_workers"]),
+        policy=actor,
+        frames_per_batch=frames_per_batch,
+        total_frames=total_frames,
+        device="cpu",
+        storing_device="cpu",
+        max_frames_per_traj=-1,
+        num_threads=torch.get_num_threads(),  # the protocol's setting for this process, as for every algorithm
+    )
+    collector.set_seed(run.seed)
+    run.start()
+    collected, updates = 0, 0
+    try:
+        for data in collector:  # the workers wait between batches: nothing moves while the protocol evaluates
+            collected += data.numel()
+            for _ in range(int(settings["ppo_epochs"])):
+                with torch.no_grad():
+                    data = advantage(data)
+                buffer.extend(data.reshape(-1))
+                for batch in buffer:
+                    if settings["anneal_lr"]:
+                        for group in optim.param_groups:
+                            group["lr"] = lr * max(0.0, 1 - updates / total_updates)
+                    loss = loss_module(batch)
+                    optim.zero_grad(set_to_none=True)
+                    (loss["loss_critic"] + loss["loss_objective"] + loss["loss_entropy"]).backward()
+                    optim.step()
+                    updates += 1
+            collector.update_policy_weights_()
+            run.step(collected, act)
+    finally:
+        collector.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main(train, LIBRARY, HYPERPARAMETERS, SOURCES, packages=PACKAGES))

@@ -1,0 +1,243 @@
+"""External peers in the benchmark: the peer protocol (clock, evaluation off the clock, stop rules), a peer run end to
+end through the CLI in a fresh process (``fixed_policy``, a real adapter that learns nothing: no library needed),
+failures recorded, the interpreters resolved, and the adapters never imported by the benchmark. The real peers' runs
+need their own environments (``benchmarks/peers/make_peer_venvs.sh``) and skip without them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sb3_async.benchmark import registry, report, suites
+from sb3_async.benchmark.__main__ import main, parse_peer_pythons
+from sb3_async.benchmark.peers.fixed_policy import cartpole_controller
+from sb3_async.benchmark.peers.protocol import PeerRun, StopRun
+from sb3_async.benchmark.runner import Progress, execute, run_command
+from sb3_async.benchmark.stats import group_stats, ratio_rows
+
+REPO = Path(__file__).resolve().parent.parent
+PEERS_PYTHON = REPO / ".venv-peers" / "bin" / "python"
+
+
+@pytest.fixture
+def fixed_policy() -> Any:
+    """``fixed_policy`` registered as an external peer of A3C on CartPole-v1, for one test."""
+    algorithms, a3c = dict(registry._ALGORITHMS), registry.get_algorithm("a3c")
+    registry.register_algorithm(
+        "fixed_policy", "external", envs=("CartPole-v1", "Pendulum-v1"), adapter="sb3_async.benchmark.peers.fixed_policy"
+    )
+    registry._ALGORITHMS["a3c"] = dataclasses.replace(a3c, peers=(*a3c.peers, "fixed_policy"))
+    yield registry.get_algorithm("fixed_policy")
+    registry._ALGORITHMS.clear()
+    registry._ALGORITHMS.update(algorithms)
+
+
+def _spec(**changes: Any) -> suites.RunSpec:
+    (spec,) = suites.plan_runs(
+        suites.get_suite("cartpole"), algos=["fixed_policy"], seeds=1, pythons={"peers": sys.executable}
+    )
+    return suites.RunSpec.from_dict({**spec.to_dict(), **changes})
+
+
+# --- the protocol, in this process ---------------------------------------------------------------------------------
+
+
+def test_peer_run_evaluates_off_the_clock_and_stops_by_the_rules(fixed_policy: Any) -> None:
+    spec = _spec(eval_interval=1000, budget_seconds=100.0)
+    run = PeerRun(spec, {"n_timesteps": 3000})
+    assert (run.max_steps, run.interval) == (3000, 1000)
+
+    def slow_policy(obs: np.ndarray) -> np.ndarray:  # a falling pole: 10 short episodes, each step 1 ms
+        time.sleep(0.001)
+        return np.zeros(len(obs), dtype=np.int64)
+
+    run.start()
+    run.step(500, slow_policy)
+    assert run.curve == []  # no evaluation before the interval
+    run.step(1000, slow_policy)
+    (point,) = run.curve
+    assert point["steps"] == 1000 and point["mean"] < 100 and run.reached is None
+    assert run.eval_seconds > 0.05 and point["seconds"] < run.eval_seconds  # the evaluation is not on the clock
+    assert run.clock() < time.perf_counter() - run.started - 0.05
+    with pytest.raises(StopRun) as stop:
+        run.step(2000, cartpole_controller)  # holds the pole: reaches 475
+    assert stop.value.reason == "threshold" and run.reached == run.curve[-1] and run.curve[-1]["mean"] == 500.0
+    run.finish()
+    assert len(run.curve) == 2  # reached at an interval's evaluation: no final one
+    record = run.record()
+    assert (record["seconds_to_threshold"], record["steps_to_threshold"]) == (run.curve[-1]["seconds"], 2000)
+    assert record["stop_reason"] == "threshold" and record["env_steps"] == 2000 and record["library"] == "external"
+
+    at_limit = PeerRun(_spec(eval_interval=10_000), {"n_timesteps": 3000})
+    at_limit.start()
+    at_limit.step(1000, slow_policy)
+    with pytest.raises(StopRun, match="max_steps"):
+        at_limit.step(3000, slow_policy)
+    at_limit.finish()  # trained since the last evaluation (none): a final one
+    assert [p["steps"] for p in at_limit.curve] == [3000] and at_limit.record()["stop_reason"] == "max_steps"
+
+    over_budget = PeerRun(_spec(budget_seconds=0.01), {"n_timesteps": 10**6})
+    over_budget.start()
+    time.sleep(0.02)
+    with pytest.raises(StopRun, match="budget"):
+        over_budget.step(10, slow_policy)
+
+
+# --- a peer end to end, in a fresh process -----------------------------------------------------------------------
+
+
+def test_fixed_policy_peer_through_the_cli(fixed_policy: Any, tmp_path: Path) -> None:
+    out = tmp_path / "peers"
+    start = time.perf_counter()
+    argv = ["--suite", "cartpole", "--algos", "fixed_policy", "--seeds", "1", "--budget-seconds", "30"]
+    code = main([*argv, "--peer-python", f"peers={sys.executable}", "--no-plots", "--no-progress", "--out", str(out)])
+    logs = sorted((out / "logs").glob("*.log")) if (out / "logs").exists() else []
+    assert code == 0, "\n".join(log.read_text()[-3000:] for log in logs)
+    assert time.perf_counter() - start < 20
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["suite"]["peer_pythons"] == {"fixed_policy": sys.executable}
+    (run,) = results["runs"]
+    assert run["error"] is None and (run["algo"], run["library"], run["env"]) == ("fixed_policy", "external", "CartPole-v1")
+    # the controller holds the pole: the first evaluation (10k env steps, 10 episodes) reaches the threshold
+    assert run["curve"] == [dict(seconds=run["seconds_to_threshold"], steps=10_000, mean=500.0, std=0.0)]
+    assert run["reached"] and run["steps_to_threshold"] == 10_000 and run["stop_reason"] == "threshold"
+    assert 0 < run["seconds_to_threshold"] <= run["train_seconds"] < 30
+    assert run["eval_seconds"] > 0 and run["env_steps"] == 10_000 and run["n_eval_episodes"] == 10
+    assert run["steps_per_second"] == pytest.approx(10_000 / run["train_seconds"])
+    assert run["peak_rss_mb"] > 20 and run["torch_threads"] == 1
+    assert run["hyperparameters"] == {"n_timesteps": 20_000, "steps_per_batch": 1_000}
+    assert run["hyperparameters_source"].startswith("fixed_policy.py:CartPole-v1 (fixed controller")
+    peer = run["peer"]
+    assert peer["python"] == sys.executable and peer["adapter"] == "sb3_async.benchmark.peers.fixed_policy"
+    assert peer["versions"]["gymnasium"] == metadata.version("gymnasium") and peer["torch_threads"] == 1
+
+    markdown = (out / "results.md").read_text()
+    assert "| fixed_policy (external) |" in markdown and "external peers:" in markdown
+    assert f"gymnasium {metadata.version('gymnasium')}" in markdown
+
+
+def test_a_failing_peer_is_recorded_with_its_error(fixed_policy: Any, tmp_path: Path) -> None:
+    spec = _spec(env_id="LunarLander-v3")  # no settings for it in the adapter
+    record = execute(spec, tmp_path, Progress(1, enabled=False, desc="test"), tmp_path / "logs")
+    assert record["stop_reason"] == "error" and "Invalid env 'LunarLander-v3' for 'fixed_policy'" in record["error"]
+    assert record["peer"]["python"] == sys.executable and record["curve"] == []
+    assert (tmp_path / "logs" / f"{spec.run_id}.log").is_file()
+    assert "## Errors" in report.render_markdown(
+        dict(
+            suite=dict(
+                name="t",
+                description="t",
+                kind="race",
+                seeds=[0],
+                eval_interval=1,
+                n_eval_episodes=10,
+                max_steps=None,
+                budget_seconds=1,
+                stop_at_threshold=True,
+                device="cpu",
+                torch_threads=1,
+            ),
+            command=None,
+            created="x",
+            machine=dict(cpu_model="c", usable_cpus=1, memory_gb=1, platform="p", python="3", versions={}),
+            wall_seconds=1.0,
+            runs=[record],
+        )  # fmt: skip
+    )
+
+
+# --- the plan: interpreters, pairing, nothing imported -----------------------------------------------------------
+
+
+def test_peers_run_under_their_own_python_and_pair_with_ours(fixed_policy: Any, tmp_path: Path) -> None:
+    spec = _spec()
+    assert (spec.adapter, spec.python, spec.library) == ("sb3_async.benchmark.peers.fixed_policy", sys.executable, "external")
+    command, env = run_command(spec, tmp_path / "s.json", tmp_path / "r.json")
+    assert command[:3] == [sys.executable, "-m", "sb3_async.benchmark.peers.fixed_policy"]
+    assert env["PYTHONPATH"].split(":")[0] == str(REPO)  # this checkout's protocol, whatever the peer's env holds
+    ours, _ = run_command(suites.RunSpec.from_dict({**spec.to_dict(), "adapter": None}), tmp_path / "s", tmp_path / "r")
+    assert ours[1:3] == ["-m", "sb3_async.benchmark.run_one"]
+    # by peer name before environment name; a missing interpreter names the option and the script
+    other = suites.peer_python(fixed_policy, {"peers": "/nope/python", "fixed_policy": sys.executable})
+    assert other == sys.executable
+    with pytest.raises(ValueError, match=r"No Python for peer 'fixed_policy'.*make_peer_venvs.sh.*--peer-python peers=PATH"):
+        suites.peer_python(fixed_policy, {"peers": str(tmp_path / "missing")})
+    assert parse_peer_pythons(["peers=/a/python", "sf = /b/python"]) == {"peers": "/a/python", "sf": "/b/python"}
+    with pytest.raises(ValueError, match="Invalid --peer-python 'peers': expected NAME=PATH"):
+        parse_peer_pythons(["peers"])
+    # external peers run when named: the suite's default stays ours and the SB3 peers
+    assert "fixed_policy" not in suites.select_algorithms(suites.get_suite("cartpole"))
+    tuned = suites.Suite("tuned", "a suite overriding settings", "race", ("CartPole-v1",),
+                         variants=lambda entry: [suites.Variant("lr", {"learning_rate": 1e-3}, {})])  # fmt: skip
+    with pytest.raises(ValueError, match="overrides learning_rate of 'fixed_policy': an external peer runs with its own"):
+        suites.plan_runs(tuned, algos=["fixed_policy"], pythons={"peers": sys.executable})
+    with pytest.raises(ValueError, match="an external peer needs one"):
+        registry.register_algorithm("x", "external", envs=("CartPole-v1",))
+    with pytest.raises(ValueError, match="only sb3_async algorithms have peers"):
+        registry.register_algorithm("x", "external", envs=("CartPole-v1",), peers="a2c", adapter="m")
+
+    records = [
+        dict(run_id=f"{algo}-{seed}", algo=algo, library=library, env="CartPole-v1", variant="default", threshold=475.0,
+             reached=True, seconds_to_threshold=seconds, steps_to_threshold=1000, final_eval_mean=500.0, final_eval_std=0.0,
+             steps_per_second=1.0, peak_rss_mb=1.0, error=None)
+        for algo, library, seconds in (("a3c", "sb3_async", 2.0), ("fixed_policy", "external", 8.0))
+        for seed in (0, 1)
+    ]  # fmt: skip
+    (row,) = ratio_rows(group_stats(records), {"a3c": list(registry.peers_of("a3c"))})
+    assert (row.ours.algo, row.peer.algo, row.seconds_ratio) == ("a3c", "fixed_policy", 0.25)
+
+
+def test_the_benchmark_imports_no_adapter_nor_peer_library() -> None:
+    code = (
+        "import sys\n"
+        "from sb3_async.benchmark import registry, suites\n"
+        "import sb3_async.benchmark.runner, sb3_async.benchmark.report\n"
+        "names = [n for n, e in registry.ALGORITHMS.items() if e.is_external]\n"
+        "assert names, 'no external peer registered'\n"
+        "for name in names: registry.get_algorithm(name).config_path()\n"
+        "loaded = [m for m in sys.modules if m.startswith(('sb3_async.benchmark.peers.', 'tianshou', 'torchrl',"
+        " 'sample_factory'))]\n"
+        "assert not loaded, loaded\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+
+
+def test_every_registered_peer_has_settings_and_sources() -> None:
+    """Each adapter's module text names its settings' sources (read, not imported: its library may be absent)."""
+    for name, entry in registry.ALGORITHMS.items():
+        if not entry.is_external:
+            continue
+        text = entry.config_path().read_text()
+        assert "HYPERPARAMETERS = {" in text and "SOURCES = {" in text and "sys.exit(main(train" in text, name
+        assert entry.python_env in ("peers", "sf"), name
+
+
+# --- the real peers: only where their environment was built ------------------------------------------------------
+
+
+@pytest.mark.skipif(not PEERS_PYTHON.is_file(), reason="no .venv-peers (benchmarks/peers/make_peer_venvs.sh builds it)")
+@pytest.mark.parametrize(
+    "name", ["torchrl_ppo", "torchrl_dqn", "torchrl_td3", "tianshou_dqn", "tianshou_td3", "tianshou_ddpg"]
+)
+def test_a_real_peer_runs_end_to_end(name: str, tmp_path: Path) -> None:
+    """A short run of each peer (not a measurement): it builds, trains, is evaluated and its record parses."""
+    (env_id,) = registry.get_algorithm(name).envs
+    suite = suites.get_suite("cartpole" if env_id == "CartPole-v1" else "pendulum")
+    (spec,) = suites.plan_runs(suite, algos=[name], seeds=1, pythons={"peers": str(PEERS_PYTHON)})
+    spec = suites.RunSpec.from_dict({**spec.to_dict(), "max_steps": 4000, "eval_interval": 2000, "budget_seconds": 60})
+    record = execute(spec, tmp_path, Progress(1, enabled=False, desc="test"), tmp_path / "logs")
+    assert record["error"] is None, record["error"]
+    assert 2000 <= record["curve"][0]["steps"] < 4000 <= record["env_steps"] == record["curve"][-1]["steps"]
+    assert record["stop_reason"] == "max_steps" and record["train_seconds"] > 0
+    assert record["peer"]["versions"][name.split("_")[0]] is not None and record["peer"]["python"] == str(PEERS_PYTHON)
