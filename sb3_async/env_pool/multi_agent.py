@@ -219,7 +219,7 @@ class AgentSlots:
                 ended, cut = bool(terminations.get(agent, False)), bool(truncations.get(agent, False))
                 if not (ended or cut) and (over or agent not in remaining):  # left without a flag: cut short
                     cut = True
-                obs = self._observation(k, observations[agent]) if agent in observations else self._zero_obs
+                obs = self._observation(k, observations[agent]) if agent in observations else _zeros(self.observation_space)
                 info = dict(infos.get(agent) or {})
                 self._returns[k] += reward
                 self._lengths[k] += 1
@@ -231,7 +231,7 @@ class AgentSlots:
                     }
                     self._returns[k], self._lengths[k] = 0.0, 0
             else:  # black death: a padding step, which ends when the agent is back
-                reward, cut, obs, info = 0.0, False, self._zero_obs, {"dead": True}
+                reward, cut, obs, info = 0.0, False, _zeros(self.observation_space), {"dead": True}
                 ended = over or agent in remaining
             results.append((obs, reward, ended, cut, info))
         slot_infos: dict[int, dict] = {}
