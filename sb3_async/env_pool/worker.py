@@ -187,7 +187,7 @@ class EnvWorker:
         errors: dict[int, str] = {}
         for env in dict.fromkeys(self.copies[i] for i in ids):
             slots = env.slots
-            restart = restarts and next((restarts[i] for i in slots if i in restarts), None)
+            restart = next((restarts[i] for i in slots if i in restarts), None) if restarts else None
             if restart:
                 infos.update(env.restarted(self.buffers, restart))
                 continue
