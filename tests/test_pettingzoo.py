@@ -202,6 +202,7 @@ def test_invalid_options_are_refused():
 def test_aec_envs_are_converted_and_turn_based_ones_refused():
     with AsyncEnvPool(lambda: parallel_to_aec(RaceEnv()), n_envs=2, n_workers=1) as pool:
         assert pool.n_envs == 6
+        pool.reset()
         _, rewards, *_ = pool.step({i: i for i in range(6)})
         assert rewards == {i: float(i) for i in range(6)}
     with pytest.raises(ValueError, match="turn-based games"):
