@@ -160,10 +160,12 @@ class EnvPoolGroup:
     def call(self, ids: list[int], what: str, name: str, args: tuple, kwargs: dict) -> tuple[list[Any], dict[int, str]]:
         if what == "get_attr" and name == "render_mode":  # no rendering: what SB3's VecEnv asks at its start
             return [None for _ in ids], {}
+        if what == "get_attr" and name == "metadata":  # what the vec-env views copy: EnvPool renders nothing
+            return [{"render_modes": []} for _ in ids], {}
         if what == "get_attr":
             return [Missing(f"EnvPool's envs (engine='envpool') have no attribute {name!r}") for _ in ids], {}
         if what in ("has_attr", "is_wrapped"):
-            return [what == "has_attr" and name == "render_mode" for _ in ids], {}
+            return [what == "has_attr" and name in ("render_mode", "metadata") for _ in ids], {}
         message = f"engine='envpool' has no Python env objects: {what}({name!r}) is not available"
         return [], {i: message for i in ids}
 
