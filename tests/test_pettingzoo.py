@@ -220,7 +220,7 @@ def test_mpe_aec_env_is_converted():
         assert dones.all() and all(info["TimeLimit.truncated"] for info in infos)
 
 
-def test_ae_ddpg_learns_on_continuous_simple_spread_and_saves(tmp_path):
+def test_ae_ddpg_trains_on_continuous_simple_spread_and_saves(tmp_path):
     simple_spread_v3 = pytest.importorskip("mpe2.simple_spread_v3")
     from sb3_async import AEDDPG
 
@@ -242,6 +242,33 @@ def test_ae_ddpg_learns_on_continuous_simple_spread_and_saves(tmp_path):
     pool.close()
 
 
+@pytest.mark.slow
+def test_ae_ddpg_learns_continuous_simple_spread():
+    """Parameter sharing learns: the best deterministic evaluation (60 slot episodes) reaches -23 per agent within 20k
+    steps, where uniformly random actions score about -26 and the untrained policy -27 to -29 (measured: -21.5 to -24
+    after 4k steps, over four runs)."""
+    simple_spread_v3 = pytest.importorskip("mpe2.simple_spread_v3")
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    from sb3_async import AEDDPG
+
+    def make():
+        return simple_spread_v3.parallel_env(max_cycles=25, continuous_actions=True)
+
+    with AsyncEnvPool(make, n_envs=2, n_workers=1) as pool, AsyncEnvPool(make, n_envs=2, n_workers=0) as eval_pool:
+        model = AEDDPG(
+            "MlpPolicy", pool, learning_starts=200, batch_size=32, buffer_size=50_000, seed=0,
+            policy_kwargs=dict(net_arch=dict(pi=[32], qf=[32])),
+        )  # fmt: skip
+        eval_env = eval_pool.as_vec_env()
+        eval_env.seed(123)
+        best = -np.inf
+        while model.num_timesteps < 20_000 and best < -23:
+            model.learn(2000, reset_num_timesteps=model.num_timesteps == 0)
+            best = max(best, evaluate_policy(model, eval_env, n_eval_episodes=60)[0])
+    assert best >= -23, best
+
+
 def test_stock_sb3_ppo_trains_on_discrete_simple_spread():
     simple_spread_v3 = pytest.importorskip("mpe2.simple_spread_v3")
     from stable_baselines3 import PPO
@@ -253,7 +280,7 @@ def test_stock_sb3_ppo_trains_on_discrete_simple_spread():
     venv.close()
 
 
-def test_a3c_learns_on_simple_spread_with_parameter_sharing_and_saves(tmp_path):
+def test_a3c_trains_on_simple_spread_with_parameter_sharing_and_saves(tmp_path):
     simple_spread_v3 = pytest.importorskip("mpe2.simple_spread_v3")
     from sb3_async import A3C
 

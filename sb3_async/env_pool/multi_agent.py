@@ -139,8 +139,8 @@ class AgentSlots:
                 raise ValueError(f"agent_id=True needs 1-D Box observations (a one-hot is appended), got {observation_space}")
             n = len(self.names)
             observation_space = spaces.Box(
-                np.concatenate([observation_space.low, np.zeros(n)]),
-                np.concatenate([observation_space.high, np.ones(n)]),
+                np.concatenate([observation_space.low, np.zeros(n, observation_space.dtype)]),
+                np.concatenate([observation_space.high, np.ones(n, observation_space.dtype)]),
                 dtype=observation_space.dtype,  # type: ignore[arg-type]
             )
         self.observation_space = observation_space
