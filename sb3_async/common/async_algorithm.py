@@ -167,7 +167,9 @@ class AsyncAlgorithm(AtomicSaves):
 
     :param policy: policy class or alias (``"MlpPolicy"``, ``"CnnPolicy"``, ...)
     :param env: an env id, a factory returning a ``gym.Env``, a ``gym.Env`` or a ``VecEnv``; each worker builds
-        ``n_envs_per_worker`` copies of it
+        ``n_envs_per_worker`` copies of it. A multi-agent PettingZoo env (a factory returning one, or an
+        ``AsyncEnvPool`` of one): each worker steps ``n_envs_per_worker`` copies, one env slot per agent, so
+        :attr:`n_envs_per_worker` becomes the number of slots (parameter sharing: one policy for every agent)
     :param learning_rate: learning rate, constant or a schedule of the progress remaining (1 → 0), global progress
     :param n_workers: worker processes (the paper's actor-learner threads); default: the number of CPU cores
     :param n_envs_per_worker: envs stepped by each worker, their inference batched (1 as in the paper)
@@ -253,6 +255,8 @@ class AsyncAlgorithm(AtomicSaves):
         if env is not None:
             self._given_env_recipe = self._env_recipe = EnvRecipe(env)
             template = env if isinstance(env, VecEnv) else self._env_recipe.make_env()
+            # A multi-agent env: each worker steps n_envs_per_worker env copies, one env slot per agent
+            self.n_envs_per_worker *= self._env_recipe.agents_per_env
 
         super().__init__(
             policy=policy,

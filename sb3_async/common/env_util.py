@@ -6,6 +6,10 @@ else clone the env by (cloud)pickling. A ``VecEnv`` is taken apart into one env 
 stack to re-apply (``VecFrameStack``, ``VecMonitor``, ``VecTransposeImage``, and ``VecNormalize``, whose
 statistics the workers share: :mod:`sb3_async.common.normalization`). Anything else fails at construction with an
 error that says what to pass instead.
+
+A multi-agent PettingZoo env (a factory returning one, or an ``AsyncEnvPool`` of one, or its ``as_vec_env()``) is
+stepped in each worker as a :class:`~sb3_async.env_pool.vec_env.PoolVecEnv` over env copies in the worker's own
+process, one env slot per agent (:mod:`sb3_async.env_pool.multi_agent`): the worker's ``n_envs`` is its slots.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ from stable_baselines3.common.vec_env import (
 from stable_baselines3.common.vec_env.util import dict_to_obs
 
 from sb3_async.common.normalization import attach_statistics, vec_normalize_options, vec_normalizes
+from sb3_async.env_pool.core import EnvPoolBase
+from sb3_async.env_pool.multi_agent import is_multi_agent
+from sb3_async.env_pool.vec_env import PoolVecEnv
 
 _WHAT_TO_PASS = (
     "Pass an env id (e.g. 'CartPole-v1'), a picklable factory (e.g. `lambda: gym.make('CartPole-v1')`), "
@@ -110,6 +117,10 @@ class EnvRecipe:
         self.pickled_env: bytes | None = None
         self.vec_wrappers: list[tuple[type, dict[str, Any]]] = []
         self.env_kwargs = dict(env_kwargs or {})
+        #: Whether the env is a multi-agent PettingZoo env, and its slots (agents) per env copy (known once one is built)
+        self.multi_agent, self.agents_per_env = False, 1
+        if isinstance(env, EnvPoolBase):
+            env = PoolVecEnv(env)
         if isinstance(env, str):
             self.env_id = env
             try:  # the spec travels to the workers: ids registered only in this process (by a plugin) still work
@@ -139,6 +150,10 @@ class EnvRecipe:
         return blob
 
     def _from_vec_env(self, venv: VecEnv) -> None:
+        if isinstance(venv, PoolVecEnv) and venv.pool.env_agents:  # a multi-agent pool: its env copies' factory
+            self.factory = venv.pool._factories[0]
+            self.multi_agent, self.agents_per_env = True, venv.pool.agents_per_env
+            return
         wrappers: list[tuple[type, dict[str, Any]]] = []
         while isinstance(venv, VecEnvWrapper):
             if isinstance(venv, VecNormalize):  # rebuilt with the same options; statistics shared at learn()
@@ -164,12 +179,18 @@ class EnvRecipe:
             return self.env_id
         return "factory" if self.factory is not None else "pickled env"
 
-    def make_env(self) -> gym.Env:
-        """One new env, wrapped in a ``Monitor`` (episode statistics) unless it already is."""
+    def make_env(self) -> gym.Env | VecEnv:
+        """One new env, wrapped in a ``Monitor`` (episode statistics) unless it already is; for a multi-agent env, one
+        env copy as a ``PoolVecEnv`` (one env slot per agent; the copy reports its agents' episodes)."""
         if self.env_spec is not None:
             env = gym.make(self.env_spec, **self.env_kwargs)
         elif self.factory is not None:
             env = self.factory()
+            if self.multi_agent or is_multi_agent(env):
+                copy = env
+                venv = PoolVecEnv(EnvPoolBase([lambda: copy], n_workers=0))
+                self.multi_agent, self.agents_per_env = True, venv.num_envs
+                return venv
             if not isinstance(env, gym.Env):
                 raise TypeError(f"The env factory returned {type(env).__name__}, not a gymnasium.Env")
         else:
@@ -192,7 +213,14 @@ class EnvRecipe:
         :param shared_statistics: a ``VecNormalize`` among the wrappers uses these shared statistics
             (:func:`~sb3_async.common.normalization.share_statistics`), updating slot ``slot``; None: its own
         """
-        venv: VecEnv = WorkerVecEnv([self.make_env for _ in range(n_envs)])
+        venv: VecEnv
+        if getattr(self, "multi_agent", False):  # a recipe saved before multi-agent envs has no such attribute
+            copies, extra = divmod(n_envs, self.agents_per_env)
+            if extra or not copies:
+                raise ValueError(f"n_envs={n_envs}: a multi-agent env steps whole copies of {self.agents_per_env} agents")
+            venv = PoolVecEnv(EnvPoolBase(self.factory, copies, n_workers=0))  # type: ignore[arg-type]
+        else:
+            venv = WorkerVecEnv([self.make_env for _ in range(n_envs)])  # type: ignore[misc]
         if seed is not None:
             venv.seed(seed)
             venv.action_space.seed(seed)

@@ -5,13 +5,14 @@
 - :mod:`~sb3_async.env_pool.core`: the engine-independent part (ids, steps in flight, errors, restarts);
 - :mod:`~sb3_async.env_pool.buffers`: the shared buffers (observations, actions, rewards, flags);
 - :mod:`~sb3_async.env_pool.worker`: a group of envs and the worker process's loop;
+- :mod:`~sb3_async.env_pool.multi_agent`: a multi-agent PettingZoo env copy as one slot per agent;
 - :mod:`~sb3_async.env_pool.processes`, :mod:`~sb3_async.env_pool.ray_hosts`,
   :mod:`~sb3_async.env_pool.envpool_engine`: the worker processes, the Ray hosts, EnvPool's threads;
 - :mod:`~sb3_async.env_pool.vec_env`: the SB3 view; :mod:`~sb3_async.env_pool.gym_vector`: the gymnasium view.
 
-Imports go one way: ``buffers`` <- ``worker`` <- ``processes``/``ray_hosts``/``envpool_engine`` <- ``core`` <-
-``vec_env``/``gym_vector`` <- ``pool``. Nothing here imports torch except the SB3 view; both views are imported lazily
-(PEP 562), so that env workers importing this package stay torch-free.
+Imports go one way: ``buffers`` <- ``multi_agent`` <- ``worker`` <- ``processes``/``ray_hosts``/``envpool_engine`` <-
+``core`` <- ``vec_env``/``gym_vector`` <- ``pool``. Nothing here imports torch except the SB3 view; both views are
+imported lazily (PEP 562), so that env workers importing this package stay torch-free.
 """
 
 from __future__ import annotations

@@ -18,7 +18,11 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["SharedBuffers", "SpaceArrays", "space_leaves"]
+__all__ = ["FINAL_INFO", "FINAL_OBS", "SharedBuffers", "SpaceArrays", "space_leaves"]
+
+#: Keys the same-step autoreset adds to an ended env's info (gymnasium 1.x's names for its same-step vector mode):
+#: the env workers write them, the views read them.
+FINAL_OBS, FINAL_INFO = "final_obs", "final_info"
 
 #: The spaces whose values are one fixed-shape array, the leaves of the Dict and Tuple spaces the pool supports.
 _FLAT_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)

@@ -30,6 +30,7 @@ from gymnasium import spaces
 from sb3_async.common.runtime.processes import WorkerError
 from sb3_async.common.validation import check_backend, check_int
 from sb3_async.env_pool.buffers import SharedBuffers
+from sb3_async.env_pool.multi_agent import DEAD_AGENTS, agent_slots_factory
 from sb3_async.env_pool.processes import ProcessWorkers
 from sb3_async.env_pool.worker import EnvFactory, EnvWorker, Missing
 
@@ -168,6 +169,8 @@ class EnvPoolBase:
         backend: str = "mp",
         backend_kwargs: dict[str, Any] | None = None,
         engine: str = "gymnasium",
+        agent_id: bool = False,
+        dead_agents: str = "pad",
     ):
         if n_envs is not None:
             n_envs = check_int("n_envs", n_envs, 1)
@@ -189,6 +192,16 @@ class EnvPoolBase:
             self._factories: list[Any] = [None] * (1 if n_envs is None else n_envs)
         else:
             self._factories = make_factories(env, n_envs, env_kwargs)
+        if not isinstance(agent_id, bool):
+            raise TypeError(f"agent_id must be a bool, got {agent_id!r}")
+        if dead_agents not in DEAD_AGENTS:
+            raise ValueError(
+                f"Invalid dead_agents={dead_agents!r}: expected one of {', '.join(DEAD_AGENTS)} (agents that leave before"
+                " the others observe zeros until their env copy's episode ends; masking them out is not supported)"
+            )
+        if agent_id:
+            self._factories = [functools.partial(agent_slots_factory, factory) for factory in self._factories]
+        self.dead_agents = dead_agents
         self.n_envs = len(self._factories)
         if self.n_envs == 0:
             raise ValueError("At least one env factory is needed")
@@ -225,6 +238,13 @@ class EnvPoolBase:
         if self.local_envs:
             self._worker_ids.append(list(range(self.n_envs - self.local_envs, self.n_envs)))
         self._local_group = self.n_workers if self.local_envs else None
+        # The env copies of each group, as started; a multi-agent env's slots replace them in _worker_ids (_agent_slots)
+        self._worker_copies = [list(ids) for ids in self._worker_ids]
+        #: How many env copies the pool holds, and each copy's number of slots (its agents; 1 for a gymnasium env)
+        self.n_env_copies, self.agents_per_env = self.n_envs, 1
+        #: The agents of a multi-agent env (``possible_agents``; empty for a gymnasium env or a single agent): slot
+        #: ``i`` is agent ``env_agents[i % agents_per_env]`` of env copy ``i // agents_per_env``
+        self.env_agents: list[Any] = []
         self._worker_of = [w for w, ids in enumerate(self._worker_ids) for _ in ids]  # env id -> group
         self._every_group = dict(enumerate(self._worker_ids))
         self._local: Any = None  # an EnvWorker or an EnvPoolGroup
@@ -252,12 +272,14 @@ class EnvPoolBase:
 
                 self._local = EnvPoolGroup(env, self.n_envs, env_kwargs, autoreset)  # type: ignore[arg-type]
             elif self._local_group is not None:  # built while the workers start
-                local_ids = self._worker_ids[self._local_group]
+                local_ids = self._worker_copies[self._local_group]
                 self._local = EnvWorker(local_ids, [self._factories[i] for i in local_ids], autoreset, on_error)
             for w in range(self.n_workers):  # worker 0 first: env 0's spaces are the pool's
                 self._handshake(w)
             if self._local is not None:
-                self._local.buffers = self._check_spaces(self._local.spaces)
+                self._local.buffers = self._check_spaces(self._local.spaces, self.n_workers)
+            if self.agents_per_env > 1:
+                self.env_agents = list(self.get_attr("possible_agents", [0])[0])
         except BaseException:
             self.close()
             raise
@@ -282,17 +304,21 @@ class EnvPoolBase:
 
     def _start(self, w: int) -> None:
         assert self._workers is not None
-        ids = self._worker_ids[w]
-        self._workers.start(w, ids, cloudpickle.dumps([self._factories[i] for i in ids]))
+        copies = self._worker_copies[w]
+        self._workers.start(w, copies, cloudpickle.dumps([self._factories[i] for i in copies]))
 
     def _handshake(self, w: int) -> None:
         """Read worker ``w``'s spaces (env 0's become the pool's; the others must be equal), then share the buffers."""
         assert self._workers is not None
         _, data = self._receive(w, timeout=None)
-        buffers = self._check_spaces(data)
+        buffers = self._check_spaces(data, w)
         self._workers.share(w, buffers, self._worker_ids[w])
 
-    def _check_spaces(self, data: list[tuple[int, spaces.Space, spaces.Space]]) -> SharedBuffers:
+    def _check_spaces(self, data: list[tuple[int, spaces.Space, spaces.Space]], w: int) -> SharedBuffers:
+        """Check group ``w``'s spaces (env 0's become the pool's) and return the buffers, made at the first group."""
+        reported = [i for i, _, _ in data]
+        if reported != self._worker_ids[w]:
+            self._agent_slots(w, reported)
         for i, obs_space, act_space in data:
             if i == 0 and not self._buffers_list:  # the first env at start: a respawned worker 0 maps the same buffers
                 self._observation_space, self._action_space = obs_space, act_space
@@ -303,6 +329,40 @@ class EnvPoolBase:
             elif act_space != self._action_space:
                 raise ValueError(f"Env {i} has action space {act_space}, env 0 has {self._action_space}")
         return self._buffers
+
+    def _agent_slots(self, w: int, reported: list[int]) -> None:
+        """Group ``w`` holds a multi-agent env (:mod:`sb3_async.env_pool.multi_agent`) and reported its agents' slots:
+        at the first group, every id becomes a slot id (copy ``c`` of ``n`` agents owns ``c * n .. c * n + n - 1``)."""
+        copies = self._worker_copies[w]
+        n = len(reported) // len(copies)
+        expected = [c * n + a for c in copies for a in range(n)]
+        if self._buffers_list or n < 1 or reported != expected:
+            raise ValueError(
+                f"The env copies {copies[0]}..{copies[-1]} report the slots {reported[0]}..{reported[-1]}, not those of the"
+                f" other copies: every env copy must be the same kind of env (gymnasium or PettingZoo) with the same agents"
+            )
+        self.agents_per_env = n
+        self._worker_ids = [[c * n + a for c in group for a in range(n)] for group in self._worker_copies]
+        self.n_envs, self.local_envs = self.n_env_copies * n, self.local_envs * n
+        self._worker_of = [g for g, ids in enumerate(self._worker_ids) for _ in ids]
+        self._every_group = dict(enumerate(self._worker_ids))
+        self.possible_agents = list(range(self.n_envs))
+        self.agents = list(self.possible_agents)
+
+    def check_whole_copies(self, ids: Iterable[int], what: str) -> None:
+        """``ValueError`` unless ``ids`` hold every slot of each multi-agent env copy they touch (a copy steps and
+        resets all its agents at once)."""
+        n = self.agents_per_env
+        if n == 1:
+            return
+        given = set(ids)
+        for c in sorted({i // n for i in given}):
+            missing = [i for i in range(c * n, c * n + n) if i not in given]
+            if missing:
+                raise ValueError(
+                    f"Invalid {what}: slots {missing} of env copy {c} are missing; a multi-agent env copy steps and resets"
+                    f" all its agents at once (slots {c * n}..{c * n + n - 1})"
+                )
 
     def _worker_name(self, w: int) -> str:
         ids = self._worker_ids[w]
@@ -461,6 +521,7 @@ class EnvPoolBase:
         """:meth:`reset` with the observations left in :attr:`buffers` (what the views read); returns the infos."""
         self.check_open()
         targets = self.possible_agents if ids is None else self.check_ids(ids, "reset()")
+        self.check_whole_copies(targets, "ids in reset()")
         if seed is None or isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
             seeds = [None if seed is None else int(seed) + i for i in targets]
         elif isinstance(seed, Sequence) and len(seed) == len(targets):
@@ -515,6 +576,7 @@ class EnvPoolBase:
             raise ValueError(f"actions must be a non-empty dict {{env id: action}}, got {actions!r}")
         ids = self.check_ids(actions, "actions")
         checked = [self.check_action(i, actions[i]) for i in ids]
+        self.check_whole_copies(ids, "actions")
         self._check_sendable(ids)
         write = self._buffers.actions.write
         for i, action in zip(ids, checked):

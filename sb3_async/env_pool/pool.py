@@ -40,11 +40,20 @@ class AsyncEnvPool(EnvPoolBase):
 
     Each env copy is an agent of id ``0 .. n_envs - 1``; the workers hold contiguous blocks of ids.
 
+    Multi-agent PettingZoo envs (a factory returning a ``ParallelEnv``, or an ``AECEnv`` PettingZoo can convert): every
+    (env copy, agent) pair is one slot, with the slot's id in every dialect and its index in the VecEnv view, so that one
+    shared policy acts for every agent. Copy ``c`` owns the slots ``c * n .. c * n + n - 1`` of its ``n`` agents
+    (:attr:`env_agents` names them); :attr:`n_envs` is then the number of slots, :attr:`n_env_copies` that of copies. A
+    copy steps when all its slots have actions (``send`` of part of a copy is an error). Agents that leave before the
+    others are padded (zero observations, reward 0, ``info["dead"]``), agents with different spaces too
+    (:mod:`sb3_async.env_pool.multi_agent` has the details).
+
     :param env: an env id (built with ``gymnasium.make(env, **env_kwargs)``; ids registered in this process only, in
         a ``__main__`` module say, work too), an env (each env of the pool is a copy of it, made by pickling), a callable
-        returning an env, or a list of such callables (one per env)
+        returning an env (or a PettingZoo env), or a list of such callables (one per env)
     :param n_envs: number of env copies (default: the length of ``env`` when it is a list, else 1, as SB3's
-        ``make_vec_env``)
+        ``make_vec_env``); with a multi-agent env the pool has ``n_envs`` times its agents slots. ``n_workers`` and
+        ``local_envs`` count env copies too
     :param env_kwargs: keyword arguments for ``gymnasium.make`` when ``env`` is an id
     :param n_workers: number of worker processes (default: ``min(n_envs, os.cpu_count())``: several envs per process
         when there are more envs than cores, since each message between processes costs about as much as a cheap env
@@ -76,6 +85,11 @@ class AsyncEnvPool(EnvPoolBase):
         in this process, with the pool's ids, dialects and autoreset semantics; ``send`` then blocks until the envs
         sent have stepped. Its differences (ids, Atari defaults, seeding, no per-env Python objects) are listed in
         :mod:`sb3_async.env_pool.envpool_engine` (``pip install "sb3-async[envpool]"``)
+    :param agent_id: multi-agent envs only: append a one-hot of the agent's index to each slot's observation (1-D Box
+        observations), so that the shared policy can tell the agents apart
+    :param dead_agents: multi-agent envs only: what the slot of an agent that left the episode before the others gets;
+        ``"pad"`` (default and only choice): zero observations and reward 0, its actions ignored, ``info["dead"]=True``,
+        until its env copy starts its next episode
     """
 
     def as_vec_env(self) -> PoolVecEnv:

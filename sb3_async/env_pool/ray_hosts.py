@@ -170,8 +170,9 @@ class RayEnvHosts:
         self._calls[w] = deque([actor.handle.remote("spaces", None)])
 
     def share(self, w: int, buffers: SharedBuffers, ids: list[int]) -> None:
-        """Give host ``w`` the driver's rows of its envs (``ids``); replies are written into ``buffers``."""
-        self._buffers = buffers
+        """Give host ``w`` the driver's rows of its envs (``ids``: the slots of a multi-agent env's copies); replies are
+        written into ``buffers``."""
+        self._buffers, self._host_ids[w] = buffers, ids
         self._calls[w].append(self._actors[w].handle.remote("buffers", (buffers.n_envs, buffers.obs.read(ids))))
         self.receive(w, None)
 

@@ -27,13 +27,12 @@ import gymnasium as gym
 import numpy as np
 
 from sb3_async.common.runtime.processes import report_and_exit, watch_parent
-from sb3_async.env_pool.buffers import SharedBuffers
+from sb3_async.env_pool.buffers import FINAL_INFO, FINAL_OBS, SharedBuffers
+from sb3_async.env_pool.multi_agent import AgentSlots, as_agent_slots
 
 __all__ = ["FINAL_INFO", "FINAL_OBS", "STEP", "EnvFactory", "EnvWorker", "Missing", "env_worker_main", "step_message"]
 
 EnvFactory = Callable[[], gym.Env]
-#: Keys the same-step autoreset adds to an ended env's info (gymnasium 1.x's names for its same-step vector mode).
-FINAL_OBS, FINAL_INFO = "final_obs", "final_info"
 #: First byte of a step command to a worker process (a pickle starts with b"\x80", so it cannot be one).
 STEP = b"S"
 
@@ -61,30 +60,66 @@ def _is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
 class EnvWorker:
     """A group of envs and the commands it serves.
 
-    :param ids: the pool's ids of the envs
+    A multi-agent PettingZoo env (:mod:`sb3_async.env_pool.multi_agent`) is held as :class:`AgentSlots`: copy ``c`` of
+    an env with ``n`` agents owns the slots ``c * n .. c * n + n - 1``, which become this group's :attr:`ids` (and
+    :attr:`envs` keys, each slot mapped to its copy).
+
+    :param ids: the pool's ids of the envs (of the env copies, for a multi-agent env)
     :param factories: one factory per env
     :param autoreset: the pool's ``autoreset``
     :param on_error: the pool's ``on_error``
     """
 
     def __init__(self, ids: list[int], factories: list[EnvFactory], autoreset: bool, on_error: str):
-        self.ids, self.factories = ids, dict(zip(ids, factories))
         self.autoreset, self.on_error = autoreset, on_error
-        self.envs = {i: factories[k]() for k, i in enumerate(ids)}
+        envs = [as_agent_slots(factory()) for factory in factories]
+        #: slot id -> its env copy (multi-agent envs only)
+        self.copies: dict[int, AgentSlots] = {}
+        if any(isinstance(env, AgentSlots) for env in envs):
+            ids, factories, envs = self._agent_slots(ids, factories, envs)
+        self.ids, self.factories = ids, dict(zip(ids, factories))
+        self.envs: dict[int, Any] = dict(zip(ids, envs))
         self.buffers: SharedBuffers | None = None
+
+    def _agent_slots(self, ids: list[int], factories: list[EnvFactory], envs: list[Any]) -> tuple[list, list, list]:
+        """The slot ids, factories and envs of multi-agent env copies ``ids`` (each copy once per agent)."""
+        if not all(isinstance(env, AgentSlots) for env in envs):
+            raise TypeError("The env factories mix gymnasium envs and multi-agent PettingZoo envs: give one kind")
+        if not self.autoreset:
+            raise ValueError(
+                "Invalid autoreset=False with a multi-agent PettingZoo env: the pool resets each env copy once all its "
+                "agents are gone (autoreset=True), the semantics of its VecEnv view"
+            )
+        n = len(envs[0].names)
+        slot_ids, slot_factories, slot_envs = [], [], []
+        for c, factory, env in zip(ids, factories, envs):
+            if env.names != envs[0].names:
+                raise ValueError(f"Env copy {c} has agents {env.names}, env copy {ids[0]} has {envs[0].names}")
+            env.slots = [c * n + a for a in range(n)]
+            slot_ids += env.slots
+            slot_factories += [factory] * n
+            slot_envs += [env] * n
+            self.copies.update(dict.fromkeys(env.slots, env))
+        return slot_ids, slot_factories, slot_envs
 
     @property
     def spaces(self) -> list[tuple[int, gym.Space, gym.Space]]:
         return [(i, env.observation_space, env.action_space) for i, env in self.envs.items()]
 
     def close(self) -> None:
-        for env in self.envs.values():
+        for env in {id(env): env for env in self.envs.values()}.values():  # a multi-agent copy holds several slots
             env.close()
 
     def rebuild(self, i: int) -> None:
         with contextlib.suppress(Exception):  # the env is broken already: its replacement matters, not its close()
             self.envs[i].close()
-        self.envs[i] = self.factories[i]()
+        if i not in self.copies:
+            self.envs[i] = self.factories[i]()
+            return
+        env = as_agent_slots(self.factories[i]())
+        env.slots = self.copies[i].slots
+        self.envs.update(dict.fromkeys(env.slots, env))
+        self.copies.update(dict.fromkeys(env.slots, env))
 
     def restarted(self, i: int, error: str) -> dict[str, Any]:
         """Write the step result of env ``i``, rebuilt after ``error``: its episode ends truncated; returns its info."""
@@ -106,6 +141,8 @@ class EnvWorker:
             slots untouched)
         """
         assert self.buffers is not None
+        if self.copies:
+            return self._step_copies(ids, restarts)
         buffers, envs, autoreset = self.buffers, self.envs, self.autoreset
         actions, obs, rewards, terminated, truncated = (
             buffers.actions,
@@ -143,20 +180,54 @@ class EnvWorker:
                     errors[i] = f"{error}\nRebuilding the env then failed:\n{traceback.format_exc()}"
         return infos, errors
 
+    def _step_copies(self, ids: Sequence[int], restarts: dict[int, str] | None) -> tuple[dict[int, dict], dict[int, str]]:
+        """:meth:`step` of multi-agent env copies: each copy of ``ids`` (all its slots given) steps once."""
+        assert self.buffers is not None
+        infos: dict[int, dict] = {}
+        errors: dict[int, str] = {}
+        for env in dict.fromkeys(self.copies[i] for i in ids):
+            slots = env.slots
+            restart = next((restarts[i] for i in slots if i in restarts), None) if restarts else None
+            if restart:
+                infos.update(env.restarted(self.buffers, restart))
+                continue
+            try:
+                infos.update(env.step(self.buffers))
+            except Exception:
+                error = traceback.format_exc()
+                if self.on_error == "raise":
+                    errors.update(dict.fromkeys(slots, error))
+                    continue
+                try:
+                    self.rebuild(slots[0])
+                    infos.update(self.copies[slots[0]].restarted(self.buffers, error))
+                except Exception:
+                    errors.update(dict.fromkeys(slots, f"{error}\nRebuilding the env then failed:\n{traceback.format_exc()}"))
+        return infos, errors
+
     def reset(self, items: list[tuple[int, int | None, dict[str, Any] | None]]) -> tuple[dict[int, dict], dict[int, str]]:
         """Reset env ``i`` with ``seed`` and ``options`` for each ``(i, seed, options)``; observations into the buffers.
+        A multi-agent env copy resets once, with the seed and options of its first slot in ``items``.
 
         :return: ``(infos, errors)``: the reset info of each env reset, the traceback of each that raised
         """
         assert self.buffers is not None
         infos: dict[int, dict] = {}
         errors: dict[int, str] = {}
+        done: set[int] = set()
         for i, seed, options in items:
+            if i in done:
+                continue
             for attempt in range(2 if self.on_error == "restart" else 1):
                 try:
-                    obs, info = self.envs[i].reset(seed=seed, options=options)
-                    self.buffers.obs.write(i, obs)
-                    infos[i] = info
+                    if i in self.copies:
+                        env = self.copies[i]
+                        infos.update(env.reset(self.buffers, seed, options))
+                        done.update(env.slots)
+                    else:
+                        obs, info = self.envs[i].reset(seed=seed, options=options)
+                        self.buffers.obs.write(i, obs)
+                        infos[i] = info
                     errors.pop(i, None)
                     break
                 except Exception:
@@ -246,7 +317,7 @@ def env_worker_main(
         worker = EnvWorker(ids, cloudpickle.loads(factories_blob), autoreset, on_error)
         conn.send(("spaces", worker.spaces))
         fd = reduction.recv_handle(conn)
-        env = worker.envs[ids[0]]
+        env = worker.envs[worker.ids[0]]
         worker.buffers = SharedBuffers(env.observation_space, env.action_space, conn.recv(), fd)
         _serve(worker, conn)
     except (EOFError, OSError, KeyboardInterrupt):
