@@ -33,7 +33,7 @@ from sb3_async.common.callbacks import show_final_timesteps
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
-from sb3_async.common.save_util import AtomicReplaySaves, check_saved_class, mark_saved_class, replay_file_errors
+from sb3_async.common.save_util import AtomicReplaySaves, replay_file_errors
 from sb3_async.common.torch_utils import check_torch_threads, threads_beside_workers
 from sb3_async.common.validation import check_backend, check_float, check_int, check_replay_sizes
 from sb3_async.env_pool import AsyncEnvPool, EnvPoolBase
@@ -249,6 +249,7 @@ class AEDDPG(AtomicReplaySaves, TD3):
         restored after
     """
 
+    saved_class_marker: ClassVar[str | None] = "min_ready"  # only AEDDPG saves it
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpPolicy": MlpPolicy,
         "CnnPolicy": CnnPolicy,
@@ -436,26 +437,6 @@ class AEDDPG(AtomicReplaySaves, TD3):
         before AEDDPG had a backend loads as ``"mp"``)."""
         backend = getattr(self, "backend", "mp")
         return dict(self.pool_kwargs, backend=backend, backend_kwargs=getattr(self, "backend_kwargs", None) or None)
-
-    def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
-        mark_saved_class(self)
-        super().save(path, exclude, include)
-
-    @classmethod
-    def load(
-        cls: type[SelfAEDDPG],
-        path: Any,
-        env: Any = None,
-        device: th.device | str = "auto",
-        custom_objects: dict[str, Any] | None = None,
-        print_system_info: bool = False,
-        force_reset: bool = True,
-        **kwargs: Any,
-    ) -> SelfAEDDPG:
-        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by this algorithm (another
-        algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file)."""
-        check_saved_class(path, cls, marker="min_ready")
-        return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_caches", "_in_flight", "_episode_stats", "_pending", "_buffer_actions"]

@@ -42,7 +42,7 @@ from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_observat
 from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
 from sb3_async.common.runtime.mp import start_forkserver
 from sb3_async.common.runtime.processes import START_METHODS, WorkerError
-from sb3_async.common.save_util import AtomicSaves, check_saved_class, mark_saved_class
+from sb3_async.common.save_util import AtomicSaves
 from sb3_async.common.torch_utils import check_torch_threads, threads_beside_workers, usable_cpus
 from sb3_async.common.validation import check_backend, check_float, check_int
 
@@ -198,6 +198,7 @@ class AsyncAlgorithm(AtomicSaves):
     #: The constructor's names for ``n_workers`` and ``n_envs_per_worker`` (Ape-X: ``n_actors``, ``n_envs_per_actor``).
     workers_argument: ClassVar[str] = "n_workers"
     envs_argument: ClassVar[str] = "n_envs_per_worker"
+    saved_class_marker: ClassVar[str | None] = "n_envs_per_worker"  # only this family saves it
 
     def __init__(
         self,
@@ -399,24 +400,7 @@ class AsyncAlgorithm(AtomicSaves):
     def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
         if self._vec_normalize_env is not None:
             self._normalization_state = statistics_state(self._vec_normalize_env)
-        mark_saved_class(self)
         super().save(path, exclude, include)
-
-    @classmethod
-    def load(
-        cls: type[SelfAsyncAlgorithm],
-        path: Any,
-        env: Any = None,
-        device: torch.device | str = "auto",
-        custom_objects: dict[str, Any] | None = None,
-        print_system_info: bool = False,
-        force_reset: bool = True,
-        **kwargs: Any,
-    ) -> SelfAsyncAlgorithm:
-        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by this algorithm (another
-        algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file)."""
-        check_saved_class(path, cls, marker="n_envs_per_worker")
-        return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
 
     def learn(
         self: SelfAsyncAlgorithm,

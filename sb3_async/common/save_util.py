@@ -17,7 +17,7 @@ import secrets
 import warnings
 import zipfile
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.save_util import save_to_pkl
@@ -97,8 +97,16 @@ def replay_file_errors(path: Any) -> Iterator[None]:
         ) from error
 
 
+SelfAtomicSaves = TypeVar("SelfAtomicSaves", bound="AtomicSaves")
+
+
 class AtomicSaves(BaseAlgorithm):
-    """``save()`` through :func:`atomic_write`; a mixin placed before the SB3 class."""
+    """``save()`` through :func:`atomic_write`, with the model's class name in the file, and a ``load()`` that refuses
+    another algorithm's file (:func:`check_saved_class`); a mixin placed before the SB3 class."""
+
+    #: An attribute only this algorithm family saves: how :func:`check_saved_class` knows files saved before the class
+    #: name was (None: no check)
+    saved_class_marker: ClassVar[str | None] = None
 
     def save(self, path: PathLike | io.BufferedIOBase, exclude: Any = None, include: Any = None) -> None:
         """Save the model to a zip file (SB3's ``save``); a path is replaced only once the new file is complete.
@@ -107,8 +115,26 @@ class AtomicSaves(BaseAlgorithm):
         :param exclude: attributes not to save, in addition to the default ones
         :param include: attributes to save that would otherwise be excluded
         """
+        mark_saved_class(self)
         with atomic_write(path, "zip") as file:
             super().save(file, exclude, include)
+
+    @classmethod
+    def load(  # type: ignore[override]
+        cls: type[SelfAtomicSaves],
+        path: Any,
+        env: Any = None,
+        device: Any = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfAtomicSaves:
+        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by this algorithm (another
+        algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file)."""
+        if cls.saved_class_marker is not None:
+            check_saved_class(path, cls, marker=cls.saved_class_marker)
+        return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
 
 
 class AtomicReplaySaves(AtomicSaves):
