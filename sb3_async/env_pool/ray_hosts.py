@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from sb3_async.common.runtime.ray_connect import NAMESPACE, connect_ray, import_ray, release_ray, wait_ready
+from sb3_async.common.runtime.ray_connect import connect_ray, import_ray, release_ray, start_actor, wait_ready
 from sb3_async.common.validation import check_nonnegative
 
 if TYPE_CHECKING:
@@ -147,25 +147,18 @@ class RayEnvHosts:
         self._calls: list[deque[Any]] = [deque() for _ in range(n_hosts)]  # replies not read yet, oldest first
         self._starting = [False] * n_hosts
         self._generation = [0] * n_hosts
-        self._actor_class: Any = None
         self._buffers: SharedBuffers | None = None
         self._closed = False
         self._owns_ray = connect_ray(self._ray, address, init_kwargs, n_hosts * self.num_cpus_per_worker)
 
     def start(self, w: int, ids: list[int], factories_blob: bytes) -> None:
         """Start host ``w``; its first reply is its envs' spaces (a worker process's handshake)."""
-        ray = self._ray
-        if self._actor_class is None:
-            self._actor_class = ray.remote(RayEnvHost)
         name = f"{self._prefix}host-{w}-{self._generation[w]}"
         self._generation[w] += 1
-        actor = self._actor_class.options(
-            name=name,
-            namespace=NAMESPACE,
-            num_cpus=self.num_cpus_per_worker,
-            scheduling_strategy="SPREAD",
-            max_restarts=0,  # restarts are the pool's (on_error="restart"): it knows which envs to report truncated
-        ).remote(ids, factories_blob, self.autoreset, self.on_error)
+        # restarts are the pool's (on_error="restart"): it knows which envs to report truncated
+        actor = start_actor(
+            self._ray, RayEnvHost, name, self.num_cpus_per_worker, ids, factories_blob, self.autoreset, self.on_error
+        )
         self._actors[w], self._names[w], self._starting[w], self._host_ids[w] = actor, name, True, ids
         self._calls[w] = deque([actor.handle.remote("spaces", None)])
 

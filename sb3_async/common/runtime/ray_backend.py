@@ -52,6 +52,7 @@ from sb3_async.common.runtime.ray_connect import (  # the connect / release rule
     connect_ray,
     import_ray,
     release_ray,
+    start_actor,
     wait_ready,
 )
 from sb3_async.common.runtime.seqlock import read_rows, seqlock_groups, write_rows
@@ -286,7 +287,6 @@ class RayRuntime(Runtime):
         self._stop = self._pause = False
         self._owns_ray = self._closed = False
         self.startup_seconds: float | None = None
-        self._actor_class: Any = None
 
     # --- cluster -----------------------------------------------------------------------------------------------------
 
@@ -304,15 +304,11 @@ class RayRuntime(Runtime):
         ray = self._ray
         _, start_timesteps, total_timesteps = self._run
         name = f"sb3_async-{self._run_id}-host-{'-'.join(map(str, ranks))}-{self._generations[ranks[0]]}"
-        if self._actor_class is None:
-            self._actor_class = ray.remote(RayHost)
-        actor = self._actor_class.options(
-            name=name,
-            namespace=NAMESPACE,
-            num_cpus=len(ranks) * self.num_cpus_per_worker,
-            scheduling_strategy="SPREAD",
-            max_restarts=0,  # restarts are ours (Runtime.restart): a restarted actor would re-run the same seeds
-        ).remote(
+        actor = start_actor(
+            ray,
+            RayHost,
+            name,
+            len(ranks) * self.num_cpus_per_worker,
             cloudpickle.dumps([self._specs[rank] for rank in ranks]),
             ranks,
             len(self._specs),

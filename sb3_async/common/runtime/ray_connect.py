@@ -88,6 +88,24 @@ def release_ray(ray: Any, actors: Sequence[Any], prefix: str, owns_ray: bool, ti
         ray.shutdown()
 
 
+_REMOTE_CLASSES: dict[type, Any] = {}
+
+
+def start_actor(ray: Any, cls: type, name: str, num_cpus: float, *args: Any) -> Any:
+    """Start one actor of ``cls`` the way every sb3_async actor starts: named ``name`` in the ``sb3_async`` namespace
+    (so :func:`release_ray` finds it), spread over the cluster's nodes, asking for ``num_cpus``, and never restarted by
+    Ray (restarts are the caller's: it knows which seeds and envs to start again).
+
+    :return: the actor's handle
+    """
+    remote = _REMOTE_CLASSES.get(cls)
+    if remote is None:
+        remote = _REMOTE_CLASSES[cls] = ray.remote(cls)
+    return remote.options(
+        name=name, namespace=NAMESPACE, num_cpus=num_cpus, scheduling_strategy="SPREAD", max_restarts=0
+    ).remote(*args)
+
+
 def wait_ready(ray: Any, refs: list[Any], timeout: float | None) -> list[Any]:
     """The refs among ``refs`` that have finished: wait up to ``timeout`` seconds (None: no limit) for the first, then
     take every other one already finished."""
