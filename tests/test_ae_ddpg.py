@@ -209,6 +209,47 @@ def test_predict_is_the_actor_without_noise() -> None:
     model.env.close()
 
 
+@pytest.mark.parametrize("buffer_class", [ReplayBuffer, EpisodicDualReplayBuffer])
+def test_train_is_sb3_td3s_update_with_ddpgs_settings(buffer_class: type) -> None:
+    """AEDDPG's own update loop gives the parameters SB3's TD3 ``train()`` gives with one critic, no policy delay and no
+    target smoothing (DDPG), on the same batches."""
+    from stable_baselines3.td3.td3 import TD3
+
+    kwargs = dict(n_envs=2, pool_kwargs=LOCAL, policy_kwargs=SMALL_NET, replay_buffer_class=buffer_class, tau=0.1)
+    model = AEDDPG("MlpPolicy", "Pendulum-v1", learning_starts=50, batch_size=32, seed=3, **kwargs)
+    model.learn(200)  # fills the replay and trains: Adam's moments are not zero
+    reference = AEDDPG("MlpPolicy", "Pendulum-v1", seed=3, **kwargs)
+    reference.set_parameters(model.get_parameters())  # networks and optimizer states
+    reference.replay_buffer = model.replay_buffer
+    reference._n_updates = model._n_updates
+    reference._current_progress_remaining = model._current_progress_remaining
+    reference.set_logger(model.logger)
+    for target in (model, reference):
+        target.actor.optimizer = th.optim.Adam(target.actor.parameters(), lr=1e-3)  # one Adam for both: the same rule
+        target.critic.optimizer = th.optim.Adam(target.critic.parameters(), lr=1e-3)
+        target.lr_schedule = lambda _: 1e-3
+    np.random.seed(7)
+    model.train(gradient_steps=5, batch_size=32)
+    np.random.seed(7)
+    TD3.train(reference, gradient_steps=5, batch_size=32)
+    for ours, theirs in zip(model.policy.state_dict().values(), reference.policy.state_dict().values()):
+        th.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert model._n_updates == reference._n_updates
+    for target in (model, reference):
+        target.env.close()
+
+
+def test_adam_is_torchs_fused_one_unless_told_otherwise() -> None:
+    model = AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=1, pool_kwargs=LOCAL, policy_kwargs=SMALL_NET)
+    assert model.actor.optimizer.defaults["fused"] and model.critic.optimizer.defaults["fused"]
+    model.env.close()
+    model = AEDDPG(
+        "MlpPolicy", "Pendulum-v1", n_envs=1, pool_kwargs=LOCAL, policy_kwargs=dict(**SMALL_NET, optimizer_kwargs={})
+    )
+    assert not model.actor.optimizer.defaults["fused"]
+    model.env.close()
+
+
 def test_paper_defaults() -> None:
     model = AEDDPG("MlpPolicy", "Pendulum-v1", pool_kwargs=LOCAL)
     assert model.n_envs == 16 and model.batch_size == 128 and model.tau == 1e-3 and model.gamma == 0.99

@@ -16,13 +16,14 @@ from typing import Any, ClassVar, TypeVar
 import gymnasium as gym
 import numpy as np
 import torch as th
+import torch.nn.functional as F
 from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutReturn, Schedule, TrainFreq
-from stable_baselines3.common.utils import polyak_update, should_collect_more_steps
+from stable_baselines3.common.utils import should_collect_more_steps
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecTransposeImage
 from stable_baselines3.td3.policies import CnnPolicy, MlpPolicy, TD3Policy
 from stable_baselines3.td3.td3 import TD3
@@ -34,7 +35,7 @@ from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.save_util import AtomicReplaySaves, replay_file_errors
-from sb3_async.common.torch_utils import check_torch_threads, threads_beside_workers
+from sb3_async.common.torch_utils import check_torch_threads, prefer_fused_adam, soft_update, threads_beside_workers
 from sb3_async.common.validation import check_backend, check_float, check_int, check_replay_sizes
 from sb3_async.env_pool import AsyncEnvPool, EnvPoolBase
 from sb3_async.env_pool.core import load_pickled_env, pickled_env_factory
@@ -347,6 +348,7 @@ class AEDDPG(AtomicReplaySaves, TD3):
         policy_kwargs = dict(policy_kwargs or {})
         policy_kwargs.setdefault("net_arch", dict(pi=[256, 256, 128], qf=[256, 128]))  # §V-B, MuJoCo
         policy_kwargs.setdefault("n_critics", 1)  # DDPG: one critic
+        prefer_fused_adam(policy_kwargs)
         super().__init__(
             policy,
             env,  # type: ignore[arg-type]
@@ -680,16 +682,61 @@ class AEDDPG(AtomicReplaySaves, TD3):
 
     # ---------------------------------------------------------------- learning
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
-        """TD3's ``train()`` with DDPG's settings (eq. 1-4); with a ``PrioritizedReplayBuffer``, the same update with
-        the importance-weighted critic loss and priority updates. Runs while the envs sent last step."""
+        """DDPG's update (eq. 1-4: SB3's TD3 ``train()`` with one critic, no policy delay and no target smoothing), with a
+        ``PrioritizedReplayBuffer`` the importance-weighted critic loss and priority updates. Runs while the envs sent
+        last step.
+
+        Written once for every replay (not SB3's ``train()``) for speed, the same update: the actor's backward pass
+        computes its own parameters' gradients only (the critic's would be discarded), the target networks move in one
+        multi-tensor call (:func:`~sb3_async.common.torch_utils.soft_update`).
+        """
         start = time.perf_counter()
         gradient_steps = self._scaled_gradient_steps(gradient_steps)
         if gradient_steps == 0:
             return
-        if isinstance(self.replay_buffer, PrioritizedReplayBuffer):
-            self._train_prioritized(gradient_steps, batch_size)
-        else:
-            super().train(gradient_steps, batch_size)
+        buffer: Any = self.replay_buffer  # a ReplayBuffer; a PrioritizedReplayBuffer's samples have weights and indices
+        prioritized = isinstance(buffer, PrioritizedReplayBuffer)
+        self.policy.set_training_mode(True)
+        self._update_learning_rate([self.actor.optimizer, self.critic.optimizer])
+        actor, critic = self.actor, self.critic
+        actor_params, critic_params = list(actor.parameters()), list(critic.parameters())
+        actor_targets, critic_targets = list(self.actor_target.parameters()), list(self.critic_target.parameters())
+        actor_losses, critic_losses = [], []
+        for _ in range(gradient_steps):
+            self._n_updates += 1
+            if prioritized:
+                data = buffer.sample(batch_size, env=self._vec_normalize_env, beta=self.per_beta())
+            else:
+                data = buffer.sample(batch_size, env=self._vec_normalize_env)
+            discounts = getattr(data, "discounts", None)
+            with th.no_grad():
+                next_q = self.critic_target(data.next_observations, self.actor_target(data.next_observations))[0]
+                targets = ddpg_targets(data.rewards, data.dones, next_q, self.gamma if discounts is None else discounts)
+            q_values = critic(data.observations, data.actions)[0]
+            if prioritized:
+                critic_loss = weighted_critic_loss(q_values, targets, data.weights)
+            else:
+                critic_loss = F.mse_loss(q_values, targets)  # eq. 2
+            critic_losses.append(critic_loss.item())
+            critic.optimizer.zero_grad()
+            critic_loss.backward()
+            critic.optimizer.step()
+            if prioritized:
+                buffer.update_priorities(data.indices, (targets - q_values).abs().detach().cpu().numpy().ravel())
+            actor_loss = -critic.q1_forward(data.observations, actor(data.observations)).mean()  # eq. 1
+            actor_losses.append(actor_loss.item())
+            actor.optimizer.zero_grad()
+            actor_loss.backward(inputs=actor_params)
+            actor.optimizer.step()
+            soft_update(critic_params, critic_targets, self.tau)  # eq. 4
+            soft_update(actor_params, actor_targets, self.tau)
+            soft_update(self.critic_batch_norm_stats, self.critic_batch_norm_stats_target, 1.0)
+            soft_update(self.actor_batch_norm_stats, self.actor_batch_norm_stats_target, 1.0)
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/actor_loss", np.mean(actor_losses))
+        self.logger.record("train/critic_loss", np.mean(critic_losses))
+        if prioritized:
+            self.logger.record("train/per_beta", self.per_beta())
         self.collection_stats["train_seconds"] += time.perf_counter() - start
 
     def _scaled_gradient_steps(self, gradient_steps: int) -> int:
@@ -709,40 +756,6 @@ class AEDDPG(AtomicReplaySaves, TD3):
         assert isinstance(self.replay_buffer, PrioritizedReplayBuffer)
         beta0 = self.replay_buffer.beta
         return beta0 + (1.0 - beta0) * (1.0 - self._current_progress_remaining)
-
-    def _train_prioritized(self, gradient_steps: int, batch_size: int) -> None:
-        buffer = self.replay_buffer
-        assert isinstance(buffer, PrioritizedReplayBuffer)
-        self.policy.set_training_mode(True)
-        self._update_learning_rate([self.actor.optimizer, self.critic.optimizer])
-        actor_losses, critic_losses = [], []
-        for _ in range(gradient_steps):
-            self._n_updates += 1
-            data = buffer.sample(batch_size, env=self._vec_normalize_env, beta=self.per_beta())
-            discounts = data.discounts if data.discounts is not None else self.gamma
-            with th.no_grad():
-                next_q = self.critic_target(data.next_observations, self.actor_target(data.next_observations))[0]
-                targets = ddpg_targets(data.rewards, data.dones, next_q, discounts)  # eq. 3
-            q_values = self.critic(data.observations, data.actions)[0]
-            critic_loss = weighted_critic_loss(q_values, targets, data.weights)  # eq. 2, IS-weighted
-            critic_losses.append(critic_loss.item())
-            self.critic.optimizer.zero_grad()
-            critic_loss.backward()
-            self.critic.optimizer.step()
-            buffer.update_priorities(data.indices, (targets - q_values).abs().detach().cpu().numpy().ravel())
-            actor_loss = -self.critic.q1_forward(data.observations, self.actor(data.observations)).mean()  # eq. 1
-            actor_losses.append(actor_loss.item())
-            self.actor.optimizer.zero_grad()
-            actor_loss.backward()
-            self.actor.optimizer.step()
-            polyak_update(self.critic.parameters(), self.critic_target.parameters(), self.tau)  # eq. 4
-            polyak_update(self.actor.parameters(), self.actor_target.parameters(), self.tau)
-            polyak_update(self.critic_batch_norm_stats, self.critic_batch_norm_stats_target, 1.0)
-            polyak_update(self.actor_batch_norm_stats, self.actor_batch_norm_stats_target, 1.0)
-        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        self.logger.record("train/actor_loss", np.mean(actor_losses))
-        self.logger.record("train/critic_loss", np.mean(critic_losses))
-        self.logger.record("train/per_beta", self.per_beta())
 
     def overlap_stats(self) -> dict[str, float]:
         """How collection and learning overlapped since ``learn()`` started: the shares of wall-clock time spent waiting

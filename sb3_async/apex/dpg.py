@@ -15,7 +15,7 @@ from torch import nn
 from sb3_async.apex.base import ApeXActorModel, ApeXAlgorithm
 from sb3_async.apex.returns import NStepTransitions, bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
-from sb3_async.common.torch_utils import to_tensor
+from sb3_async.common.torch_utils import prefer_fused_adam, to_tensor
 from sb3_async.common.validation import check_float
 
 
@@ -130,6 +130,7 @@ class ApeXDPG(ApeXAlgorithm):
         policy_kwargs.setdefault("net_arch", dict(pi=[300, 200], qf=[400, 300]))  # paper appendix
         policy_kwargs.setdefault("activation_fn", nn.Tanh)
         policy_kwargs.setdefault("n_critics", 1)  # DDPG: one critic
+        prefer_fused_adam(policy_kwargs)
         super().__init__(
             policy,
             env,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,32 @@ def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> float:
     if norm > max_norm:
         torch._foreach_mul_(grads, max_norm / (norm + 1e-6))
     return norm
+
+
+def soft_update(params: Iterable[torch.Tensor], target_params: Iterable[torch.Tensor], tau: float) -> None:
+    """Polyak averaging of target networks, ``θ' ← τ θ + (1 - τ) θ'`` (DDPG's eq. 4; SB3's ``polyak_update``), every
+    tensor in one multi-tensor call instead of two calls per tensor. ``tau=1`` copies (integer buffers such as a batch
+    norm's ``num_batches_tracked`` too).
+
+    :raises ValueError: the two lists differ in length
+    """
+    sources, targets = list(params), list(target_params)
+    if len(sources) != len(targets):
+        raise ValueError(f"soft_update of {len(sources)} tensors into {len(targets)} target tensors")
+    if not targets:
+        return
+    with torch.no_grad():
+        if tau == 1.0:
+            torch._foreach_copy_(targets, sources)
+        else:
+            torch._foreach_lerp_(targets, sources, tau)
+
+
+def prefer_fused_adam(policy_kwargs: dict[str, Any]) -> None:
+    """Give a policy that keeps SB3's optimizer (Adam) and no ``optimizer_kwargs`` torch's fused Adam: the same update
+    rule in one kernel per step, 2-3x faster than torch's default per-tensor loop on CPU (CUDA too). In place."""
+    if policy_kwargs.get("optimizer_class", torch.optim.Adam) is torch.optim.Adam:
+        policy_kwargs.setdefault("optimizer_kwargs", dict(fused=True))
 
 
 def usable_cpus() -> int:
