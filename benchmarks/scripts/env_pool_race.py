@@ -46,9 +46,11 @@ from sb3_async import AsyncEnvPool
 TASKS = {"CartPole-v1": "CartPole-v1", "HalfCheetah-v5": "HalfCheetah-v5", "Pong": "PongNoFrameskip-v4"}
 SIZES = (8, 64)
 POOL, POOL0 = "AsyncEnvPool (2 workers)", "AsyncEnvPool (n_workers=0)"
+POOL1 = "AsyncEnvPool (1 worker + main)"  # n_workers=1, local_envs=n_envs // 2: two processes step, one per core
 PUFFER, TORCHRL = "PufferLib Multiprocessing (2 workers)", "TorchRL ParallelEnv (2 workers)"
 MULTI_PROCESS = ["SubprocVecEnv", "gym AsyncVectorEnv", PUFFER, TORCHRL]
-ENGINES = [POOL, POOL0, "DummyVecEnv", *MULTI_PROCESS]
+ENGINES = [POOL, POOL1, POOL0, "DummyVecEnv", *MULTI_PROCESS]
+POOLS = [POOL, POOL1]
 SPINNING = {PUFFER}
 PER_ENV_PROCESS = ["SubprocVecEnv", "gym AsyncVectorEnv"]
 
@@ -103,6 +105,8 @@ class Stepper:
         factories = [lambda: make_env(env_id)] * n_envs
         if engine == POOL:
             self.env: Any = AsyncEnvPool(factories, n_workers=2).as_vec_env()
+        elif engine == POOL1:
+            self.env = AsyncEnvPool(factories, n_workers=1, local_envs=n_envs // 2).as_vec_env()
         elif engine == POOL0:
             self.env = AsyncEnvPool(factories, n_workers=0).as_vec_env()
         elif engine == "DummyVecEnv":
@@ -210,7 +214,7 @@ def sub_races(engines: list[str], n_envs: int, split: int) -> list[list[str]]:
     against the pool and DummyVecEnv."""
     apart = [engine for engine in PER_ENV_PROCESS if engine in engines] if n_envs >= split else []
     races = [[engine for engine in engines if engine not in apart]]
-    return races + [[engine for engine in (POOL, "DummyVecEnv") if engine in engines] + [engine] for engine in apart]
+    return races + [[engine for engine in (*POOLS, "DummyVecEnv") if engine in engines] + [engine] for engine in apart]
 
 
 def medians(races: list[dict[str, list[float]]]) -> dict[str, float]:
@@ -226,6 +230,7 @@ def report(
     results: dict[str, list[dict[str, list[float]]]], engines: list[str], args: argparse.Namespace, load: float, failed: dict
 ) -> str:
     others = [engine for engine in MULTI_PROCESS if engine in engines]
+    pools = [engine for engine in POOLS if engine in engines]
     lines = [
         "# AsyncEnvPool against the vectorizers (benchmarks/scripts/env_pool_race.py)",
         "",
@@ -241,15 +246,20 @@ def report(
         f" stable-baselines3 {version('stable_baselines3')}, pufferlib-core {version('pufferlib-core')}, torchrl"
         f" {version('torchrl')}.",
         "",
-        "| task | envs | " + " | ".join(engines) + " | pool / fastest multi-process | pool / DummyVecEnv |",
-        "|---|---" + "|---" * len(engines) + "|---|---|",
+        "| task | envs | "
+        + " | ".join(engines)
+        + "".join(f" | {name} / fastest multi-process | {name} / DummyVecEnv" for name in pools)
+        + " |",
+        "|---|---" + "|---" * (len(engines) + 2 * len(pools)) + "|",
     ]
     for key, races in results.items():
         task, n_envs = key.rsplit(" ", 1)
         rates = medians(races)
         cells = " | ".join(f"{rates[engine]:,.0f}" for engine in engines)
-        to_dummy = ratio(races[:1], POOL, ["DummyVecEnv"])
-        lines.append(f"| {task} | {n_envs} | {cells} | {ratio(races, POOL, others):.2f} | {to_dummy:.2f} |")
+        ratios = "".join(
+            f" | {ratio(races, pool, others):.2f} | {ratio(races[:1], pool, ['DummyVecEnv']):.2f}" for pool in pools
+        )
+        lines.append(f"| {task} | {n_envs} | {cells}{ratios} |")
     for key, why in failed.items():
         lines.append(f"| {key.rsplit(' ', 1)[0]} | {key.rsplit(' ', 1)[1]} | {why} |")
     missing = [engine for engine in ENGINES if engine not in engines]
