@@ -28,9 +28,9 @@ in several processes:
   takes the learner's ``policy_lock`` (the lock the learner holds while it changes its weights: no half-applied
   update is copied), sends ``SIGSTOP`` to every Sample Factory process (the learner, the inference and the rollout
   workers: psutil's children of this process, multiprocessing's resource tracker aside), waits until the kernel
-  reports each of them stopped, copies the learner's
-  weights (and input-normaliser statistics) into the copy, and releases the lock. Training is then suspended: no
-  process of Sample Factory runs until the evaluation is over and the handler sends them ``SIGCONT``. The learner
+  reports each of them stopped, copies the learner's weights (and input-normaliser statistics) into the copy, and
+  releases the lock. Training is then suspended: no process of Sample Factory runs until the evaluation is over
+  and the handler sends them ``SIGCONT``. The learner
   may have begun the next batch's update when the message is handled: the copy's weights are those of the counted
   env steps plus at most one batch (512 env steps) of updates;
 - **the deterministic policy**: the argmax of the action logits (``argmax_actions``, what Sample Factory's
@@ -39,8 +39,10 @@ in several processes:
   take one) for the final evaluations, then asks the runner to stop (``_stop_training``, what the runner does at its
   own step limit), lets Sample Factory join its processes, and raises the :class:`StopRun` again once
   ``runner.run()`` has returned; an error of the handler (which Sample Factory's event loop would swallow) stops
-  the runner the same way and is raised once it has. Whatever way ``train`` leaves, every process of Sample Factory still alive then is
-  resumed, terminated and, failing that, killed: no orphans.
+  the runner the same way and is raised once it has. Whatever way ``train`` leaves, every process of Sample Factory
+  still alive then is resumed, terminated and, failing that, killed: no orphans. Sample Factory's shutdown (its
+  final checkpoint, joining its processes) is on the clock, as our workers' shutdown is (the clock stops when
+  ``learn()`` returns); the time to the threshold is not affected.
 """
 
 from __future__ import annotations
