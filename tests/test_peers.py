@@ -1,7 +1,8 @@
 """External peers in the benchmark: the peer protocol (clock, evaluation off the clock, stop rules), a peer run end to
 end through the CLI in a fresh process (``fixed_policy``, a real adapter that learns nothing: no library needed),
 failures recorded, the interpreters resolved, and the adapters never imported by the benchmark. The real peers' runs
-need their own environments (``benchmarks/peers/make_peer_venvs.sh``) and skip without them."""
+need their own environments (``benchmarks/peers/make_peer_venvs.sh``, ``benchmarks/peers/make_sf_venv.sh``) and skip
+without them."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from sb3_async.benchmark.stats import group_stats, ratio_rows
 
 REPO = Path(__file__).resolve().parent.parent
 PEERS_PYTHON = REPO / ".venv-peers" / "bin" / "python"
+SF_PYTHON = REPO / ".venv-sf" / "bin" / "python"
 
 
 @pytest.fixture
@@ -172,11 +174,17 @@ def test_peers_run_under_their_own_python_and_pair_with_ours(fixed_policy: Any, 
     assert other == sys.executable
     with pytest.raises(ValueError, match=r"No Python for peer 'fixed_policy'.*make_peer_venvs.sh.*--peer-python peers=PATH"):
         suites.peer_python(fixed_policy, {"peers": str(tmp_path / "missing")})
+    sf_appo = registry.get_algorithm("sf_appo")  # Sample Factory: an environment of its own
+    assert (sf_appo.python_env, sf_appo.is_external) == ("sf", True) and "sf_appo" in registry.peers_of("a3c")
+    with pytest.raises(ValueError, match=r"No Python for peer 'sf_appo'.*make_sf_venv.sh.*--peer-python sf=PATH"):
+        suites.peer_python(sf_appo, {"sf": str(tmp_path / "missing")})
     assert parse_peer_pythons(["peers=/a/python", "sf = /b/python"]) == {"peers": "/a/python", "sf": "/b/python"}
     with pytest.raises(ValueError, match="Invalid --peer-python 'peers': expected NAME=PATH"):
         parse_peer_pythons(["peers"])
     # external peers run when named: the suite's default stays ours and the SB3 peers
-    assert "fixed_policy" not in suites.select_algorithms(suites.get_suite("cartpole"))
+    default = suites.select_algorithms(suites.get_suite("cartpole"))
+    assert "fixed_policy" not in default and "sf_appo" not in default and "torchrl_ppo" not in default
+    assert suites.select_algorithms(suites.get_suite("cartpole"), ["a3c", "sf_appo"]) == ["a3c", "sf_appo"]
     tuned = suites.Suite("tuned", "a suite overriding settings", "race", ("CartPole-v1",),
                          variants=lambda entry: [suites.Variant("lr", {"learning_rate": 1e-3}, {})])  # fmt: skip
     with pytest.raises(ValueError, match="overrides learning_rate of 'fixed_policy': an external peer runs with its own"):
@@ -241,3 +249,49 @@ def test_a_real_peer_runs_end_to_end(name: str, tmp_path: Path) -> None:
     assert 2000 <= record["curve"][0]["steps"] < 4000 <= record["env_steps"] == record["curve"][-1]["steps"]
     assert record["stop_reason"] == "max_steps" and record["train_seconds"] > 0
     assert record["peer"]["versions"][name.split("_")[0]] is not None and record["peer"]["python"] == str(PEERS_PYTHON)
+
+
+@pytest.mark.skipif(not SF_PYTHON.is_file(), reason="no .venv-sf (benchmarks/peers/make_sf_venv.sh builds it)")
+def test_the_protocol_imports_in_the_sample_factory_environment() -> None:
+    """numpy 1.x, gymnasium 0.29, no SB3 nor the RL Zoo there: the protocol imports none of them, nor torch."""
+    code = (
+        "import sys, numpy, gymnasium\n"
+        "import sb3_async.benchmark.peers.protocol\n"
+        "assert numpy.__version__.startswith('1.') and gymnasium.__version__.startswith('0.29'), sys.modules\n"
+        "loaded = [m for m in ('torch', 'stable_baselines3', 'rl_zoo3', 'sample_factory') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    result = subprocess.run(
+        [str(SF_PYTHON), "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO, env={"PYTHONPATH": str(REPO)}
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def _sf_processes() -> list[int]:
+    """Processes of .venv-sf's interpreter still running (Sample Factory's workers, left behind)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        if any(str(SF_PYTHON.parent) in part for part in process.info["cmdline"] or ()):
+            found.append(process.info["pid"])
+    return found
+
+
+@pytest.mark.skipif(not SF_PYTHON.is_file(), reason="no .venv-sf (benchmarks/peers/make_sf_venv.sh builds it)")
+def test_sample_factory_appo_runs_end_to_end(tmp_path: Path) -> None:
+    """A short run of Sample Factory's APPO (not a measurement): it trains in its processes, is evaluated frozen, its
+    record parses, and none of its processes outlives it."""
+    (spec,) = suites.plan_runs(suites.get_suite("cartpole"), algos=["sf_appo"], seeds=1, pythons={"sf": str(SF_PYTHON)})
+    spec = suites.RunSpec.from_dict({**spec.to_dict(), "max_steps": 3000, "eval_interval": 1500, "budget_seconds": 150})
+    record = execute(spec, tmp_path, Progress(1, enabled=False, desc="test"), tmp_path / "logs")
+    assert record["error"] is None, record["error"]
+    steps = [point["steps"] for point in record["curve"]]  # the learner counts env steps by batches of 512
+    assert 1500 <= steps[0] < 3000 <= record["env_steps"] == steps[-1] and all(step % 512 == 0 for step in steps)
+    assert record["stop_reason"] == "max_steps" and 0 < record["curve"][0]["seconds"] < record["train_seconds"]
+    assert record["eval_seconds"] > 0 and record["hyperparameters"]["num_workers"] == 2
+    assert record["hyperparameters_source"].startswith("sf_appo.py:CartPole-v1 (Sample Factory 2.1.1")
+    peer = record["peer"]
+    assert peer["versions"]["sample-factory"] == "2.1.1" and peer["python"] == str(SF_PYTHON)
+    assert peer["versions"]["numpy"].startswith("1.") and peer["versions"]["gymnasium"].startswith("0.29")
+    assert _sf_processes() == []

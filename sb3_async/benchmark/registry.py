@@ -30,6 +30,9 @@ LIBRARIES = ("sb3_async", "sb3", "external")
 #: The Python environment of external peers unless registered otherwise (``benchmarks/peers/make_peer_venvs.sh``).
 DEFAULT_PYTHON_ENV = "peers"
 
+#: The script that builds each peers' environment (``.venv-NAME`` at the repository's root).
+VENV_SCRIPTS = {"peers": "benchmarks/peers/make_peer_venvs.sh", "sf": "benchmarks/peers/make_sf_venv.sh"}
+
 
 @dataclass(frozen=True)
 class EnvEntry:
@@ -226,7 +229,7 @@ register_algorithm(
     "a3c",
     "sb3_async",
     # ppo_lstm: sb3-contrib's RecurrentPPO, the peer of A3C-LSTM on CartPoleNoVel-v1
-    peers=("a2c", "ppo_lstm", "torchrl_ppo"),
+    peers=("a2c", "ppo_lstm", "torchrl_ppo", "sf_appo"),
     envs=("CartPole-v1", "LunarLander-v3", "Pendulum-v1", "HalfCheetah-v5", PONG, "CartPoleNoVel-v1"),
     optimizers=("shared_rmsprop", "rmsprop", "sgd"),
 )
@@ -261,3 +264,5 @@ register_algorithm("tianshou_dqn", "external", envs=("CartPole-v1",), adapter=_P
 register_algorithm("tianshou_td3", "external", envs=("Pendulum-v1",), adapter=_PEERS + "tianshou_td3")
 register_algorithm("tianshou_ddpg", "external", envs=("Pendulum-v1",), adapter=_PEERS + "tianshou_ddpg")
 register_algorithm("torchrl_td3", "external", envs=("Pendulum-v1",), adapter=_PEERS + "torchrl_td3")
+# Sample Factory 2.1.1 pins gymnasium<1.0 and numpy<2: its own environment, .venv-sf (benchmarks/peers/make_sf_venv.sh)
+register_algorithm("sf_appo", "external", envs=("CartPole-v1",), adapter=_PEERS + "sf_appo", python_env="sf")

@@ -18,7 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from sb3_async.benchmark.registry import ALGORITHMS, AlgorithmEntry, get_algorithm, get_env, peers_of
+from sb3_async.benchmark.registry import (
+    ALGORITHMS,
+    VENV_SCRIPTS,
+    AlgorithmEntry,
+    get_algorithm,
+    get_env,
+    peers_of,
+)
 from sb3_async.common.validation import check_int
 
 #: How a suite's results are reported (see :mod:`sb3_async.benchmark.report`).
@@ -209,7 +216,8 @@ def peer_python(entry: AlgorithmEntry, pythons: Mapping[str, str] | None = None)
     given = pythons.get(entry.name, pythons.get(str(entry.python_env)))
     path = Path(given) if given is not None else REPO_ROOT / f".venv-{entry.python_env}" / "bin" / "python"
     if not path.is_file():
-        how = "benchmarks/peers/make_peer_venvs.sh builds it"
+        script = VENV_SCRIPTS.get(str(entry.python_env))
+        how = f"{script} builds it" if script else f"no script here builds .venv-{entry.python_env}"
         raise ValueError(
             f"No Python for peer {entry.name!r}: {path} does not exist ({how}; or pass "
             f"--peer-python {entry.python_env}=PATH, the interpreter of an environment with its library)"

@@ -1,0 +1,292 @@
+"""Sample Factory 2.1.1 APPO on CartPole-v1 (its asynchronous PPO: rollout workers, inference workers and a learner,
+each in its own process): the peer of A3C. It runs in its own environment, ``.venv-sf``
+(``benchmarks/peers/make_sf_venv.sh``): Sample Factory 2.1.1 pins gymnasium<1.0 and numpy<2.
+
+Built and trained as Sample Factory's gym example does (``sf_examples/train_gym_env.py``: its CartPole-v1 command
+line, every other setting Sample Factory's default, ``sample_factory/cfg/cfg.py``), through Sample Factory's own
+``make_runner`` / ``runner.init()`` / ``runner.run()`` (what ``sample_factory.train.run_rl`` does). What differs from
+the example, and why:
+
+- ``num_workers=2`` rollout workers (the default is the machine's core count, 2 on the benchmark's machine; set so
+  that the layout is the same elsewhere), as ours use 2 workers; ``device=cpu`` (the default is ``gpu``);
+- no step budget of its own (the example trains for Sample Factory's default 10^10 env steps): this benchmark's
+  ``n_timesteps`` cap, as for the other peers.
+
+How it runs under the protocol (:mod:`sb3_async.benchmark.peers.protocol`), Sample Factory training asynchronously
+in several processes:
+
+- **the clock** starts in the observer's ``on_start`` hook (``AlgoObserver``, registered on the runner), called in
+  the main process right after Sample Factory started its learner and rollout/inference worker processes: what the
+  processes do to get ready (import torch, build their envs and model) is on the clock, as it is for ours;
+- **the env steps**: the learner reports its env steps to the main process after each training iteration (the
+  runner's ``LEARNER_ENV_STEPS`` message); a handler of that message, run by the runner's event loop in the main
+  process after the runner's own, calls :meth:`PeerRun.step` with them;
+- **the frozen policy**: the learner keeps its model in shared memory and sends that state dict (shared tensors, not
+  a copy) to whoever connects to its ``model_initialized`` signal, as its inference workers do; the main process
+  connects to it too. The policy handed to :meth:`PeerRun.step` is a copy of the model in the main process. When
+  the protocol first calls it for an evaluation (that is, with the evaluation's time already off the clock), it
+  takes the learner's ``policy_lock`` (the lock the learner holds while it changes its weights: no half-applied
+  update is copied), sends ``SIGSTOP`` to every Sample Factory process (the learner, the inference and the rollout
+  workers: psutil's children of this process, multiprocessing's resource tracker aside), waits until the kernel
+  reports each of them stopped, copies the learner's weights (and input-normaliser statistics) into the copy, and
+  releases the lock. Training is then suspended: no process of Sample Factory runs until the evaluation is over
+  and the handler sends them ``SIGCONT``. The learner
+  may have begun the next batch's update when the message is handled: the copy's weights are those of the counted
+  env steps plus at most one batch (512 env steps) of updates;
+- **the deterministic policy**: the argmax of the action logits (``argmax_actions``, what Sample Factory's
+  ``enjoy --eval_deterministic`` does), on the observation normalised by the model's own normaliser;
+- **the stop**: on :class:`StopRun` the handler takes a last copy of the weights (when the evaluation did not just
+  take one) for the final evaluations, then asks the runner to stop (``_stop_training``, what the runner does at its
+  own step limit), lets Sample Factory join its processes, and raises the :class:`StopRun` again once
+  ``runner.run()`` has returned; an error of the handler (which Sample Factory's event loop would swallow) stops
+  the runner the same way and is raised once it has. Whatever way ``train`` leaves, every process of Sample Factory
+  still alive then is resumed, terminated and, failing that, killed: no orphans. Sample Factory's shutdown (its
+  final checkpoint, joining its processes) is on the clock, as our workers' shutdown is (the clock stops when
+  ``learn()`` returns); the time to the threshold is not affected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import psutil
+
+from sb3_async.benchmark.peers.protocol import PeerRun, StopRun, main
+
+LIBRARY = "sample-factory"
+PACKAGES = ("signal-slot-mp", "faster-fifo")
+HYPERPARAMETERS = {
+    "CartPole-v1": dict(
+        # sf_examples/train_gym_env.py, the CartPole-v1 command line of its docstring
+        algo="APPO",
+        use_rnn=False,
+        num_envs_per_worker=20,
+        policy_workers_per_policy=2,
+        recurrence=1,
+        with_vtrace=False,
+        batch_size=512,
+        reward_scale=0.1,
+        save_every_sec=10,
+        experiment_summaries_interval=10,
+        # sample_factory/cfg/cfg.py defaults (not in the example's command line; passed as they are, to record them)
+        async_rl=True,
+        rollout=32,
+        num_batches_per_epoch=1,
+        num_epochs=1,
+        learning_rate=1e-4,
+        gamma=0.99,
+        gae_lambda=0.95,
+        ppo_clip_ratio=0.1,
+        ppo_clip_value=1.0,
+        value_loss_coeff=0.5,
+        exploration_loss="entropy",
+        exploration_loss_coeff=0.003,
+        max_grad_norm=4.0,
+        adam_eps=1e-6,
+        normalize_input=True,
+        normalize_returns=True,
+        encoder_mlp_layers=[512, 512],
+        nonlinearity="elu",
+        actor_critic_share_weights=True,
+        batched_sampling=False,
+        # this benchmark's layout: 2 rollout workers, as ours use 2 workers (the default: the core count), on the CPU
+        num_workers=2,
+        device="cpu",
+        n_timesteps=1_000_000,  # this benchmark's cap: the example trains for the default 10^10 env steps
+    ),
+}
+SOURCES = {
+    "CartPole-v1": "Sample Factory 2.1.1 sf_examples/train_gym_env.py (its CartPole-v1 command line) and the defaults "
+    "of sample_factory/cfg/cfg.py, with 2 rollout workers on the CPU (the module docstring lists the differences)",
+}
+
+#: The settings that are this adapter's, not Sample Factory's command-line options.
+_NOT_SF = ("n_timesteps",)
+
+
+def sf_argv(env_id: str, settings: dict[str, Any], seed: int, train_dir: str) -> list[str]:
+    """Sample Factory's command line for ``settings`` (lists as space-separated values, as its parser takes them)."""
+    argv = [f"--env={env_id}", "--experiment=sf_appo", f"--train_dir={train_dir}", f"--seed={seed}"]
+    for name, value in settings.items():
+        if name in _NOT_SF:
+            continue
+        if isinstance(value, list):
+            argv += [f"--{name}", *map(str, value)]
+        else:
+            argv.append(f"--{name}={value}")
+    return argv
+
+
+def sf_processes() -> list[psutil.Process]:
+    """This process's descendants that are Sample Factory's (multiprocessing's resource tracker is not)."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if not any("resource_tracker" in part for part in child.cmdline()):
+                found.append(child)
+    return found
+
+
+def signal_all(processes: list[psutil.Process], signum: int) -> None:
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.send_signal(signum)
+
+
+def wait_stopped(processes: list[psutil.Process], timeout: float = 10.0) -> None:
+    """Wait until the kernel has stopped each process (``SIGSTOP`` is delivered asynchronously)."""
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            while process.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"Sample Factory's process {process.pid} did not stop within {timeout} s")
+                time.sleep(0.001)
+
+
+def end_processes(timeout: float = 10.0) -> None:
+    """Resume, terminate then kill whatever Sample Factory process is left (none after a clean stop)."""
+    left = sf_processes()
+    signal_all(left, signal.SIGCONT)
+    signal_all(left, signal.SIGTERM)
+    _, alive = psutil.wait_procs(left, timeout=timeout)
+    signal_all(alive, signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=timeout)
+
+
+class FrozenPolicy:
+    """The deterministic policy of a copy of the learner's model in this process, refreshed (with Sample Factory's
+    processes suspended) at its first call after :meth:`thaw`; see the module docstring."""
+
+    def __init__(self, model: Any, lock: Any):
+        self.model = model
+        self.lock = lock
+        self.shared: dict[str, Any] | None = None  # the learner's state dict, in shared memory
+        self.suspended: list[psutil.Process] = []
+        self.fresh = False  # the copy holds the weights of now, Sample Factory's processes are suspended
+        self.final = False  # training is over: the copy holds the last weights, for good
+
+    def freeze(self) -> None:
+        """Suspend Sample Factory's processes and copy the learner's weights."""
+        if self.shared is None:
+            raise RuntimeError("The learner's weights never reached the main process (no model_initialized signal)")
+        if not self.lock.acquire(timeout=60):
+            raise RuntimeError("The learner's policy lock was not released within 60 s")
+        try:
+            self.suspended = sf_processes()
+            signal_all(self.suspended, signal.SIGSTOP)
+            wait_stopped(self.suspended)
+            self.model.load_state_dict(self.shared)
+        finally:
+            self.lock.release()
+        self.fresh = True
+
+    def thaw(self) -> None:
+        """Resume Sample Factory's processes (the next call copies the weights again, unless :attr:`final`)."""
+        signal_all(self.suspended, signal.SIGCONT)
+        self.suspended, self.fresh = [], False
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        import torch
+        from sample_factory.algo.utils.action_distributions import argmax_actions
+        from sample_factory.algo.utils.rl_utils import prepare_and_normalize_obs
+        from sample_factory.model.model_utils import get_rnn_size
+
+        if not (self.fresh or self.final):
+            self.freeze()
+        with torch.no_grad():
+            normalized = prepare_and_normalize_obs(self.model, {"obs": torch.as_tensor(obs, dtype=torch.float32)})
+            rnn_states = torch.zeros(len(obs), get_rnn_size(self.model.cfg))  # unused without an RNN
+            self.model(normalized, rnn_states)
+            return argmax_actions(self.model.action_distribution()).numpy()
+
+
+def train(run: PeerRun) -> None:
+    import torch
+    from sample_factory.algo.runners.runner import AlgoObserver, Runner
+    from sample_factory.algo.utils.misc import LEARNER_ENV_STEPS, ExperimentStatus
+    from sample_factory.model.actor_critic import create_actor_critic
+    from sample_factory.train import make_runner
+    from sf_examples.train_gym_env import parse_custom_args, register_custom_components
+    from signal_slot.signal_slot import EventLoopObject
+
+    settings = run.hyperparameters
+    register_custom_components()  # the example's: CartPole-v1 through gymnasium.make
+    cfg = parse_custom_args(sf_argv(run.env_id, settings, run.seed, os.path.join(os.getcwd(), "train_dir")))
+    for name, value in settings.items():  # the parser took every setting as given
+        if name not in _NOT_SF and getattr(cfg, name) != value:
+            raise ValueError(f"Sample Factory parsed {name}={getattr(cfg, name)!r}, expected {value!r}")
+    cfg, runner = make_runner(cfg)
+    stopped: list[StopRun] = []
+    failed: list[Exception] = []
+
+    class Observer(AlgoObserver, EventLoopObject):
+        def __init__(self) -> None:
+            EventLoopObject.__init__(self, runner.event_loop, object_id="sb3_async_peer_run")
+            self.policy: FrozenPolicy | None = None
+
+        def on_init(self, runner: Runner) -> None:  # the env info is known, no process started
+            model = create_actor_critic(cfg, runner.env_info.obs_space, runner.env_info.action_space)
+            model.model_to_device(torch.device("cpu"))
+            model.eval()
+            self.policy = FrozenPolicy(model, None)
+
+        def on_connect_components(self, runner: Runner) -> None:
+            (learner,) = runner.learners.values()
+            assert self.policy is not None
+            self.policy.lock = learner.param_server.policy_lock
+            learner.model_initialized.connect(self.on_model_initialized)
+            runner.policy_msg_handlers[LEARNER_ENV_STEPS].append(self.on_env_steps)  # after the runner's own
+
+        def on_model_initialized(self, init_model_data: Any) -> None:
+            _, state_dict, _, _ = init_model_data
+            assert self.policy is not None
+            self.policy.shared = state_dict
+
+        def on_start(self, runner: Runner) -> None:
+            run.start()
+
+        def on_env_steps(self, runner: Runner, msg: dict, policy_id: int) -> None:
+            policy = self.policy
+            if stopped or failed or policy is None or run.started is None or not runner.env_steps[policy_id]:
+                return  # stopping, or the learner's report at its start (0 env steps)
+            try:
+                run.step(runner.env_steps[policy_id], policy)
+            except StopRun as stop:
+                try:
+                    if not policy.fresh:
+                        policy.freeze()
+                    policy.final = True
+                    stopped.append(stop)
+                except Exception as error:
+                    failed.append(error)
+            except Exception as error:  # raised again after Sample Factory stopped (its event loop would swallow it)
+                failed.append(error)
+            finally:
+                policy.thaw()
+            if stopped or failed:
+                runner._stop_training(failed=bool(failed))
+
+    runner.register_observer(Observer())
+    try:
+        status = runner.init()
+        if status == ExperimentStatus.SUCCESS:
+            status = runner.run()
+    finally:
+        end_processes()
+    if failed:
+        raise failed[0]
+    if stopped:
+        raise stopped[0]
+    if status != ExperimentStatus.SUCCESS:
+        raise RuntimeError(f"Sample Factory's runner ended with status {status}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(train, LIBRARY, HYPERPARAMETERS, SOURCES, packages=PACKAGES))
