@@ -396,3 +396,39 @@ def test_async_q_and_apex_train_on_simple_spread_and_save(algo, form, continuous
     if form != "factory":  # the saved recipe is the pool's factory: the loaded model trains on in new workers
         loaded.learn(300, reset_num_timesteps=False)
         assert loaded.num_timesteps >= 2300
+
+
+def test_pettingzoo_env_ids():
+    """A PettingZoo env by name: '<package>/<module>' (the module's parallel_env) or an id of PettingZoo's registry;
+    the factory pickles by that name and its arguments."""
+    pytest.importorskip("mpe2.simple_spread_v3")
+    from sb3_async.env_pool.multi_agent import PettingZooEnv, pettingzoo_env_id
+
+    assert pettingzoo_env_id("mpe2/simple_spread_v3") == "mpe2/simple_spread_v3"
+    assert pettingzoo_env_id("mpe2/no_such_env_v0") is None and pettingzoo_env_id("CartPole-v1") is None
+    factory = PettingZooEnv("mpe2/simple_spread_v3", {"max_cycles": 5, "continuous_actions": True})
+    assert cloudpickle.loads(cloudpickle.dumps(factory)) == factory
+    with AsyncEnvPool(factory, n_envs=2, n_workers=1) as pool:
+        assert pool.n_envs == 6 and pool.action_space(0) == spaces.Box(0.0, 1.0, (5,), np.float32)
+    if hasattr(pettingzoo, "parallel_registry"):  # PettingZoo 1.27 and later
+        assert pettingzoo_env_id("classic/rps-v2") == "classic/rps-v2"
+        with AsyncEnvPool(PettingZooEnv("classic/rps-v2"), n_envs=2, n_workers=0) as pool:
+            assert pool.env_agents == ["player_0", "player_1"] and pool.n_envs == 4
+    with pytest.raises(ValueError, match="Invalid env id 'mpe2/no_such_env_v0'"):
+        PettingZooEnv("mpe2/no_such_env_v0")()
+
+
+def test_vec_normalize_over_the_pool_reaches_the_workers(one_torch_thread):
+    """A VecNormalize over the pool's VecEnv (what the zoo's `normalize` builds): the workers rebuild it over their
+    own env copies and share its statistics."""
+    pytest.importorskip("mpe2.simple_spread_v3")
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from sb3_async import A3C
+
+    with AsyncEnvPool(_simple_spread, n_envs=1, n_workers=0) as pool:
+        venv = VecNormalize(pool.as_vec_env())
+        model = A3C("MlpPolicy", venv, n_workers=2, seed=0, policy_kwargs=dict(net_arch=[32]))
+        assert model._env_recipe.multi_agent and model._env_recipe.normalizes and model.n_envs == 6
+        model.learn(600)
+        assert model.get_vec_normalize_env().obs_rms.count > 600  # the workers' steps
