@@ -388,11 +388,11 @@ def test_async_q_train_optimize_and_enjoy_through_the_cli(algo: str, tmp_path: P
         assert "Number of finished trials:  2" in out
 
 
-@pytest.mark.slow  # two CLI processes: 20-35 s on 2 busy cores (the build alone: test_entry_builds_its_model)
+@pytest.mark.slow  # three CLI processes: 30-45 s on 2 busy cores (the build alone: test_entry_builds_its_model)
 def test_pettingzoo_env_through_the_cli(tmp_path: Path) -> None:
     """A PettingZoo env named "<package>/<module>" (its arguments from the YAML's env_kwargs): the zoo builds its env
     copies, one slot per agent, for training and evaluation; the model is saved in the zoo's layout (the "/" becomes
-    "-"), and enjoy reads it back and plays one env copy."""
+    "-"), enjoy reads it back and plays one env copy, and -i continues its training."""
     pytest.importorskip("mpe2")
     out = run_cli(
         "sb3_async.train",
@@ -413,3 +413,11 @@ def test_pettingzoo_env_through_the_cli(tmp_path: Path) -> None:
         "sb3_async.enjoy", *("--algo", "a3c", "--env", "mpe2/simple_spread_v3", "-n", "60", "--no-render"), cwd=tmp_path
     )
     assert "Episode Length 25" in out and "2 Episodes" in out and "Mean reward:" in out
+    run_cli(  # continued training: -params count env copies, as for the first run
+        "sb3_async.train",
+        *("--algo", "a3c", "--env", "mpe2/simple_spread_v3", "-n", "500", "--seed", "1"),
+        *("-i", str(run / "mpe2-simple_spread_v3.zip"), "-params", "n_envs:2", "n_workers:2", "n_envs_per_worker:1"),
+        cwd=tmp_path,
+    )
+    model = A3C.load(tmp_path / "logs" / "a3c" / "mpe2-simple_spread_v3_2" / "mpe2-simple_spread_v3.zip")
+    assert model.num_timesteps >= 2500 and (model.n_workers, model.n_envs_per_worker) == (2, 3)
