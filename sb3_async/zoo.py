@@ -21,6 +21,12 @@ What the zoo builds and what the workers need differ in two ways, which :class:`
 (:mod:`sb3_async.common.normalization`) and the zoo saves them as ``vecnormalize.pkl``; ``--vec-env subproc`` on
 the command line is replaced by ``dummy`` with a note (a ``SubprocVecEnv`` built through the Python API fails with a
 ``ValueError``). See ``docs/guide/zoo.md``.
+
+A multi-agent PettingZoo env is named by an id of PettingZoo's registry (``--env butterfly/pistonball-v6``) or by
+``<package>/<module>`` (``--env mpe2/simple_spread_v3``), its arguments from the YAML's ``env_kwargs`` or
+``--env-kwargs``: :func:`pettingzoo_envs` registers that id in gymnasium's registry for the zoo's checks and has the
+zoo build ``n_envs`` env copies as an :class:`~sb3_async.env_pool.AsyncEnvPool` VecEnv, one slot per agent (parameter
+sharing), for every algorithm, ours or the zoo's. See ``docs/guide/pettingzoo.md``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import importlib
 import os
 import re
 import sys
@@ -38,10 +45,11 @@ from typing import Any
 from unittest import mock
 
 import gymnasium as gym
+import numpy as np
 import optuna
 from rl_zoo3 import hyperparams_opt
 from rl_zoo3.utils import ALGOS
-from stable_baselines3.common.callbacks import CheckpointCallback
+from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from torch import nn
@@ -51,6 +59,9 @@ from sb3_async.ae_ddpg import AEDDPG
 from sb3_async.apex import ApeXDPG, ApeXDQN
 from sb3_async.async_q import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 from sb3_async.common.async_algorithm import AsyncAlgorithm
+from sb3_async.env_pool import AsyncEnvPool
+from sb3_async.env_pool.multi_agent import PettingZooEnv, pettingzoo_env_id
+from sb3_async.env_pool.vec_env import PoolVecEnv
 
 Sampler = Callable[[optuna.Trial, int, int, dict[str, Any]], dict[str, Any]]
 Converter = Callable[[dict[str, Any]], dict[str, Any]]
@@ -165,11 +176,14 @@ def resolve_worker_counts(n_envs: int, n_workers: int | None, n_envs_per_worker:
     return n_workers, n_envs_per_worker
 
 
-def _check_zoo_env(env: VecEnv) -> DummyVecEnv:
-    """The ``DummyVecEnv`` under the zoo's VecEnv wrappers, or a ``ValueError`` for what workers cannot take."""
+def _check_zoo_env(env: VecEnv) -> DummyVecEnv | PoolVecEnv:
+    """The ``DummyVecEnv`` under the zoo's VecEnv wrappers (or the pool of a PettingZoo env's copies, see
+    :func:`pettingzoo_envs`), or a ``ValueError`` for what workers cannot take."""
     venv: VecEnv = env
     while isinstance(venv, VecEnvWrapper):
         venv = venv.venv
+    if isinstance(venv, PoolVecEnv) and venv.pool.env_agents:
+        return venv
     if not isinstance(venv, DummyVecEnv):
         raise ValueError(
             f"sb3_async algorithms cannot take a {type(venv).__name__}: their training envs already run in their "
@@ -178,11 +192,20 @@ def _check_zoo_env(env: VecEnv) -> DummyVecEnv:
     return venv
 
 
+def _env_copies(env: VecEnv) -> int:
+    """The zoo's ``n_envs``: the envs of ``env``, or the env copies of a PettingZoo env (whose agents are the slots)."""
+    base = _check_zoo_env(env)
+    return base.pool.n_env_copies if isinstance(base, PoolVecEnv) else env.num_envs
+
+
 @contextlib.contextmanager
-def _without_monitor_files(venv: DummyVecEnv) -> Iterator[None]:
+def _without_monitor_files(venv: DummyVecEnv | PoolVecEnv) -> Iterator[None]:
     """Detach the CSV writers of the first env's ``Monitor`` wrappers while the algorithm copies it for the workers
     (an open file cannot be pickled; the workers' copies must not write to the main process' file anyway)."""
     monitors: list[Monitor] = []
+    if isinstance(venv, PoolVecEnv):  # a PettingZoo env's copies: no Monitor (the pool reports the episodes)
+        yield
+        return
     env: gym.Env = venv.envs[0]
     while True:
         if isinstance(env, Monitor):
@@ -235,7 +258,7 @@ class ZooAlgorithm:
         if workers != "n_workers":  # the generic names (the benchmark's scaling suite) work for every algorithm
             n_workers = kwargs.pop("n_workers", n_workers)
             n_envs_per_worker = kwargs.pop("n_envs_per_worker", n_envs_per_worker)
-        counts = resolve_worker_counts(env.num_envs, n_workers, n_envs_per_worker)
+        counts = resolve_worker_counts(_env_copies(env), n_workers, n_envs_per_worker)
         return dict(zip(self.worker_names, counts))
 
     def __call__(self, policy: Any, env: Any, **kwargs: Any) -> AsyncAlgorithm | AEDDPG:
@@ -260,6 +283,8 @@ class ZooAlgorithm:
         base = _check_zoo_env(env)
         if any(name in kwargs for name in (*(self.worker_names or ()), "n_workers", "n_envs_per_worker")):
             kwargs.update(self._worker_kwargs(env, kwargs))
+            if isinstance(base, PoolVecEnv) and self.worker_names is not None:  # load() sets the attribute: slots
+                kwargs[self.worker_names[1]] *= base.pool.agents_per_env
         with _without_monitor_files(base):
             model = self.algo_class.load(path, env=env, **kwargs)
         if isinstance(model, AsyncAlgorithm):
@@ -316,6 +341,122 @@ def _resumable_runs() -> Iterator[None]:
         mock.patch.object(ExperimentManager, "learn", continuing),
     ):
         yield
+
+
+class _CopyDones(np.ndarray):
+    """The dones of the slots of one env copy, true as a whole when every slot's episode ended (the zoo's ``enjoy``
+    loop tests ``if done`` when it steps one env)."""
+
+    def __bool__(self) -> bool:
+        return bool(np.asarray(self).all())
+
+
+class _OneCopyVecEnv(VecEnvWrapper):
+    """The slots of one copy of a PettingZoo env, stepped by the zoo's ``enjoy``, ``record_video`` and
+    ``push_to_hub`` loops as one env: its dones are true as a whole when the copy's episode ends, and those loops
+    report the first agent's return (its ``reward[0]``)."""
+
+    def reset(self) -> Any:
+        return self.venv.reset()
+
+    def step_wait(self) -> Any:
+        obs, rewards, dones, infos = self.venv.step_wait()
+        return obs, rewards, dones.view(_CopyDones), infos
+
+
+def make_pettingzoo_vec_env(
+    pettingzoo_id: str,
+    env_id: Any = None,
+    n_envs: int = 1,
+    seed: int | None = None,
+    start_index: int = 0,
+    monitor_dir: str | None = None,
+    wrapper_class: Any = None,
+    env_kwargs: dict[str, Any] | None = None,
+    vec_env_cls: type[VecEnv] | None = None,
+    vec_env_kwargs: dict[str, Any] | None = None,
+    monitor_kwargs: dict[str, Any] | None = None,
+    wrapper_kwargs: dict[str, Any] | None = None,
+    *,
+    one_copy_as_one_env: bool = False,
+) -> VecEnv:
+    """What the zoo's ``make_vec_env`` calls build for the PettingZoo env ``pettingzoo_id`` (then SB3's
+    ``make_vec_env`` arguments; its ``env_id``, the zoo's maker, is not used): ``n_envs`` copies of the env
+    (:class:`~sb3_async.env_pool.multi_agent.PettingZooEnv` with ``env_kwargs``) in an
+    :class:`~sb3_async.env_pool.AsyncEnvPool`, as its VecEnv: one slot per agent. The copies step in this process
+    (``--vec-env dummy``) or in the pool's worker processes (``subproc``). The pool reports each agent's episodes in
+    ``info["episode"]``; no Monitor file is written.
+
+    :param one_copy_as_one_env: with ``n_envs=1``, dones that are true as a whole when the copy's episode ends (for
+        the loops of the zoo's scripts that step one env, see :class:`_OneCopyVecEnv`)
+    :raises ValueError: for an ``env_wrapper`` (gymnasium wrappers cannot wrap a PettingZoo env)
+    """
+    if wrapper_class is not None:
+        raise ValueError(
+            f"env_wrapper cannot wrap the PettingZoo env {pettingzoo_id}: gymnasium wrappers take a gymnasium env"
+        )
+    n_workers = 0 if vec_env_cls in (None, DummyVecEnv) else None
+    pool = AsyncEnvPool(PettingZooEnv(pettingzoo_id, env_kwargs), n_envs=n_envs, n_workers=n_workers)
+    venv: VecEnv = pool.as_vec_env()
+    venv.seed(seed)
+    return _OneCopyVecEnv(venv) if one_copy_as_one_env and n_envs == 1 else venv
+
+
+def _not_a_gymnasium_env(**kwargs: Any) -> gym.Env:
+    raise TypeError(
+        "This id names a multi-agent PettingZoo env, which gymnasium.make cannot build: give AsyncEnvPool a factory of it"
+        " (sb3_async.env_pool.multi_agent.PettingZooEnv)"
+    )
+
+
+@contextlib.contextmanager
+def pettingzoo_envs(argv: Sequence[str]) -> Iterator[str | None]:
+    """If ``--env`` in ``argv`` is not a gymnasium id but names a PettingZoo env
+    (:class:`~sb3_async.env_pool.multi_agent.PettingZooEnv`: ``butterfly/pistonball-v6``, ``mpe2/simple_spread_v3``):
+    register it in gymnasium's registry (the zoo looks the id up there) and have the zoo's ``make_vec_env`` build pools
+    of its copies (:func:`make_pettingzoo_vec_env`), for ``train``, ``enjoy`` and ``record_video``, any algorithm.
+    ``n_envs`` counts env copies; ``--eval-freq`` and ``--save-freq`` count steps of all the slots (the zoo divides
+    them by ``n_envs``; they are divided by the agents as well, as each call of the callbacks sees a step of every slot).
+
+    :return: (as the context's value) the PettingZoo id, or None for any other ``--env``
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--env", default=None)
+    parser.add_argument("--gym-packages", nargs="+", default=[])
+    args, _ = parser.parse_known_args(list(argv))
+    for package in args.gym_packages:  # as the zoo does, before it looks the id up
+        importlib.import_module(package)
+    env_id = None if args.env is None or args.env in gym.envs.registry else pettingzoo_env_id(args.env)
+    if env_id is None:
+        yield None
+        return
+    from rl_zoo3 import exp_manager, utils
+    from rl_zoo3.exp_manager import ExperimentManager
+
+    make = functools.partial(make_pettingzoo_vec_env, env_id)
+    create_callbacks = ExperimentManager.create_callbacks
+
+    def per_slot_callbacks(manager: ExperimentManager) -> None:
+        if manager._eval_env_kwargs_args is None:  # the YAML's env_kwargs (continuous_actions...) for the eval env too
+            manager.eval_env_kwargs = manager.env_kwargs
+        create_callbacks(manager)
+        agents = len(PettingZooEnv(env_id, manager.env_kwargs)().possible_agents)
+        for callback in manager.callbacks:
+            if isinstance(callback, CheckpointCallback):
+                callback.save_freq = max(callback.save_freq // agents, 1)
+            elif isinstance(callback, EvalCallback):
+                callback.eval_freq = max(callback.eval_freq // agents, 1)
+
+    gym.register(id=env_id, entry_point=_not_a_gymnasium_env, disable_env_checker=True, order_enforce=False)
+    try:
+        with (
+            mock.patch.object(exp_manager, "make_vec_env", make),
+            mock.patch.object(utils, "make_vec_env", functools.partial(make, one_copy_as_one_env=True)),
+            mock.patch.object(ExperimentManager, "create_callbacks", per_slot_callbacks),
+        ):
+            yield env_id
+    finally:
+        gym.envs.registry.pop(env_id, None)
 
 
 #: The algorithms registered in the zoo, one entry each (a new algorithm joins with one line and its YAML file).
@@ -434,7 +575,7 @@ def run_zoo(script: str, argv: Sequence[str] | None = None) -> None:
     if "-h" in argv or "--help" in argv:
         print(cli_help(script))
     full_argv = zoo_argv(argv, script)
-    with _argv(full_argv):
+    with _argv(full_argv), pettingzoo_envs(full_argv):
         if script == "train":
             from rl_zoo3.train import train
 

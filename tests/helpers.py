@@ -160,18 +160,19 @@ def zoo_build(
     entry = zoo.zoo_algorithm(algo)
     assert entry is not None, algo
     kwargs.setdefault("config", str(entry.config_path))
-    manager = ExperimentManager(
-        argparse.Namespace(),
-        algo,
-        env_id,
-        str(log_dir),
-        n_timesteps=0,
-        eval_freq=-1,
-        hyperparams=hyperparams,
-        seed=seed,
-        **kwargs,
-    )
-    result = manager.setup_experiment()
+    with zoo.pettingzoo_envs(["--env", env_id]):  # a PettingZoo id, as the CLI takes it (none for gymnasium ids)
+        manager = ExperimentManager(
+            argparse.Namespace(),
+            algo,
+            env_id,
+            str(log_dir),
+            n_timesteps=0,
+            eval_freq=-1,
+            hyperparams=hyperparams,
+            seed=seed,
+            **kwargs,
+        )
+        result = manager.setup_experiment()
     assert result is not None
     return result[0]
 

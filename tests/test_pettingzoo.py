@@ -334,3 +334,101 @@ def test_same_observations_and_rewards_as_supersuit():
                 np.testing.assert_allclose(obs, expected_obs)
         assert dones.all()
         venv.close()
+
+
+def _simple_spread(continuous_actions=False):
+    from mpe2 import simple_spread_v3
+
+    return simple_spread_v3.parallel_env(max_cycles=25, continuous_actions=continuous_actions)
+
+
+def _as_given(form, make):
+    """The env as an algorithm takes it: the factory, an AsyncEnvPool of it (2 copies) or the pool's VecEnv view."""
+    if form == "factory":
+        return make, None
+    pool = AsyncEnvPool(make, n_envs=2, n_workers=1)
+    return (pool if form == "pool" else pool.as_vec_env()), pool
+
+
+_SMALL_Q = dict(n_workers=2, target_update_interval=500, policy_kwargs=dict(net_arch=[32]))
+_SMALL_APEX = dict(n_actors=2, learning_starts=200, buffer_size=5000, batch_size=32, target_update_interval=200, block_size=25)
+
+
+@pytest.mark.parametrize(
+    "algo, form, continuous, kwargs",
+    [
+        ("AsyncOneStepQ", "factory", False, _SMALL_Q),
+        ("AsyncSarsa", "pool", False, _SMALL_Q),
+        ("AsyncNStepQ", "vec", False, _SMALL_Q),
+        ("ApeXDQN", "vec", False, {**_SMALL_APEX, "policy_kwargs": dict(net_arch=[32])}),
+        ("ApeXDPG", "pool", True, {**_SMALL_APEX, "policy_kwargs": dict(net_arch=dict(pi=[32], qf=[32]))}),
+    ],
+    ids=["AsyncOneStepQ-factory", "AsyncSarsa-pool", "AsyncNStepQ-vec_env", "ApeXDQN-vec_env", "ApeXDPG-pool"],
+)
+def test_async_q_and_apex_train_on_simple_spread_and_save(algo, form, continuous, kwargs, tmp_path, one_torch_thread):
+    """Parameter sharing for every worker-stepped algorithm, given the factory, the pool or its VecEnv view: each
+    worker (actor) steps one env copy, a slot per agent; the agents' episodes are logged; save/load round-trips."""
+    pytest.importorskip("mpe2.simple_spread_v3")
+    import sb3_async
+
+    cls = getattr(sb3_async, algo)
+    make = (lambda: _simple_spread(continuous_actions=True)) if continuous else _simple_spread
+    env, pool = _as_given(form, make)
+    try:
+        model = cls("MlpPolicy", env, seed=0, **kwargs)
+        assert model.n_envs == 2 * 3  # 2 workers x 1 env copy x 3 agents
+        assert model.observation_space.shape == (18,)
+        if continuous:
+            assert model.action_space == spaces.Box(0.0, 1.0, (5,), np.float32)
+        else:
+            assert model.action_space == spaces.Discrete(5)
+        model.learn(2000)
+        assert model.num_timesteps >= 2000 and len(model.ep_info_buffer) >= 12  # 25-step episodes of 6 slots
+        assert {info["l"] for info in model.ep_info_buffer} == {25}
+        model.save(tmp_path / algo)
+    finally:
+        if pool is not None:
+            pool.close()
+    obs = np.random.default_rng(0).normal(size=(6, 18)).astype(np.float32)
+    loaded = cls.load(tmp_path / algo)
+    assert loaded.n_envs == 6
+    np.testing.assert_allclose(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
+    if form != "factory":  # the saved recipe is the pool's factory: the loaded model trains on in new workers
+        loaded.learn(300, reset_num_timesteps=False)
+        assert loaded.num_timesteps >= 2300
+
+
+def test_pettingzoo_env_ids():
+    """A PettingZoo env by name: '<package>/<module>' (the module's parallel_env) or an id of PettingZoo's registry;
+    the factory pickles by that name and its arguments."""
+    pytest.importorskip("mpe2.simple_spread_v3")
+    from sb3_async.env_pool.multi_agent import PettingZooEnv, pettingzoo_env_id
+
+    assert pettingzoo_env_id("mpe2/simple_spread_v3") == "mpe2/simple_spread_v3"
+    assert pettingzoo_env_id("mpe2/no_such_env_v0") is None and pettingzoo_env_id("CartPole-v1") is None
+    factory = PettingZooEnv("mpe2/simple_spread_v3", {"max_cycles": 5, "continuous_actions": True})
+    assert cloudpickle.loads(cloudpickle.dumps(factory)) == factory
+    with AsyncEnvPool(factory, n_envs=2, n_workers=1) as pool:
+        assert pool.n_envs == 6 and pool.action_space(0) == spaces.Box(0.0, 1.0, (5,), np.float32)
+    if hasattr(pettingzoo, "parallel_registry"):  # PettingZoo 1.27 and later
+        assert pettingzoo_env_id("classic/rps-v2") == "classic/rps-v2"
+        with AsyncEnvPool(PettingZooEnv("classic/rps-v2"), n_envs=2, n_workers=0) as pool:
+            assert pool.env_agents == ["player_0", "player_1"] and pool.n_envs == 4
+    with pytest.raises(ValueError, match="Invalid env id 'mpe2/no_such_env_v0'"):
+        PettingZooEnv("mpe2/no_such_env_v0")()
+
+
+def test_vec_normalize_over_the_pool_reaches_the_workers(one_torch_thread):
+    """A VecNormalize over the pool's VecEnv (what the zoo's `normalize` builds): the workers rebuild it over their
+    own env copies and share its statistics."""
+    pytest.importorskip("mpe2.simple_spread_v3")
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from sb3_async import A3C
+
+    with AsyncEnvPool(_simple_spread, n_envs=1, n_workers=0) as pool:
+        venv = VecNormalize(pool.as_vec_env())
+        model = A3C("MlpPolicy", venv, n_workers=2, seed=0, policy_kwargs=dict(net_arch=[32]))
+        assert model._env_recipe.multi_agent and model._env_recipe.normalizes and model.n_envs == 6
+        model.learn(600)
+        assert model.get_vec_normalize_env().obs_rms.count > 600  # the workers' steps

@@ -15,6 +15,7 @@ import gymnasium as gym
 import optuna
 import pytest
 import yaml
+from huggingface_sb3 import EnvironmentName
 from rl_zoo3 import hyperparams_opt
 from rl_zoo3.utils import ALGOS, SimpleLinearSchedule
 from stable_baselines3.common.vec_env import VecFrameStack
@@ -97,6 +98,8 @@ def test_entry_builds_its_model(algo: str, key: str, tmp_path: Path, monkeypatch
     monkeypatch.chdir(tmp_path)  # MuJoCo writes MUJOCO_LOG.TXT into the working directory
     env_id = ENV_OF_KEY.get(key, key)
     config = yaml.safe_load((zoo.CONFIG_DIR / f"{algo}.yml").read_text())[key]
+    if env_id.startswith("mpe2/"):  # a PettingZoo env (the "pettingzoo" extra)
+        pytest.importorskip("mpe2")
     try:
         model = build(algo, env_id, tmp_path)
     except gym.error.DependencyNotInstalled as error:
@@ -104,10 +107,11 @@ def test_entry_builds_its_model(algo: str, key: str, tmp_path: Path, monkeypatch
     try:
         entry = zoo.zoo_algorithm(algo)
         assert entry is not None and type(model) is entry.algo_class
-        assert model.n_envs == config.get("n_envs", 1) == model.n_workers * model.n_envs_per_worker
+        agents = model._env_recipe.agents_per_env  # a PettingZoo env: n_envs counts env copies, the model slots
+        assert model.n_envs == config.get("n_envs", 1) * agents == model.n_workers * model.n_envs_per_worker
         for name in ("n_workers", "n_envs_per_worker"):
             if name in config:
-                assert getattr(model, name) == config[name]
+                assert getattr(model, name) == config[name] * (agents if name == "n_envs_per_worker" else 1)
         assert model.policy_class is entry.algo_class.policy_aliases[config["policy"]]
         for name in ("n_steps", "gamma", "ent_coef", "vf_coef", "max_grad_norm"):
             if name in config:
@@ -117,18 +121,19 @@ def test_entry_builds_its_model(algo: str, key: str, tmp_path: Path, monkeypatch
             assert isinstance(model.learning_rate, SimpleLinearSchedule)
             assert model.learning_rate.initial_value == pytest.approx(float(learning_rate.split("_")[1]))
         # What each worker will build from the zoo's env: same spaces, wrappers and frame stack, no file handle.
-        worker_env = model._env_recipe.make_vec_env(1, seed=0)
+        worker_env = model._env_recipe.make_vec_env(agents, seed=0)
         try:
             assert worker_env.observation_space == model.observation_space
             assert worker_env.action_space == model.action_space
-            assert worker_env.reset().shape == (1, *model.observation_space.shape)
+            assert worker_env.reset().shape == (agents, *model.observation_space.shape)
             if "frame_stack" in config:
                 assert model.observation_space.shape[0] == config["frame_stack"]  # channel-first after VecTransposeImage
                 assert any(cls is VecFrameStack for cls, _ in model._env_recipe.vec_wrappers)
         finally:
             worker_env.close()
-        saved = yaml.load((tmp_path / algo / f"{env_id}_1" / env_id / "config.yml").read_text(), Loader=yaml.UnsafeLoader)
-        assert dict(saved)["n_envs"] == model.n_envs
+        name = EnvironmentName(env_id)  # "mpe2/simple_spread_v3" -> "mpe2-simple_spread_v3"
+        saved = yaml.load((tmp_path / algo / f"{name}_1" / name / "config.yml").read_text(), Loader=yaml.UnsafeLoader)
+        assert dict(saved)["n_envs"] * agents == model.n_envs
     finally:
         model.env.close()
 
@@ -381,3 +386,38 @@ def test_async_q_train_optimize_and_enjoy_through_the_cli(algo: str, tmp_path: P
                       "--n-evaluations", "1", "--eval-episodes", "2", "--no-optim-plots", "--seed", "0", "-params", *SMALL,
                       cwd=tmp_path)  # fmt: skip
         assert "Number of finished trials:  2" in out
+
+
+@pytest.mark.slow  # three CLI processes: 30-45 s on 2 busy cores (the build alone: test_entry_builds_its_model)
+def test_pettingzoo_env_through_the_cli(tmp_path: Path) -> None:
+    """A PettingZoo env named "<package>/<module>" (its arguments from the YAML's env_kwargs): the zoo builds its env
+    copies, one slot per agent, for training and evaluation; the model is saved in the zoo's layout (the "/" becomes
+    "-"), enjoy reads it back and plays one env copy, and -i continues its training."""
+    pytest.importorskip("mpe2")
+    out = run_cli(
+        "sb3_async.train",
+        *("--algo", "a3c", "--env", "mpe2/simple_spread_v3", "-n", "2000", "--seed", "1"),
+        *("--eval-freq", "1000", "--eval-episodes", "3", "--save-freq", "1000"),
+        *("-params", "n_envs:2", "n_workers:2", "n_envs_per_worker:1", "policy_kwargs:dict(net_arch=[32])"),
+        cwd=tmp_path,
+    )
+    assert "env_kwargs={'max_cycles': 25}" in out
+    assert out.count("Eval num_timesteps=") == 2  # --eval-freq counts the steps of all the slots
+    run = tmp_path / "logs" / "a3c" / "mpe2-simple_spread_v3_1"
+    for name in ("mpe2-simple_spread_v3.zip", "best_model.zip", "mpe2-simple_spread_v3/config.yml"):
+        assert (run / name).is_file(), name
+    assert len(list(run.glob("rl_model_*_steps.zip"))) == 2  # --save-freq too counts the steps of all the slots
+    model = A3C.load(run / "mpe2-simple_spread_v3.zip")
+    assert model.num_timesteps >= 2000 and model.n_envs == 2 * 3 and model.observation_space.shape == (18,)
+    out = run_cli(
+        "sb3_async.enjoy", *("--algo", "a3c", "--env", "mpe2/simple_spread_v3", "-n", "60", "--no-render"), cwd=tmp_path
+    )
+    assert "Episode Length 25" in out and "2 Episodes" in out and "Mean reward:" in out
+    run_cli(  # continued training: -params count env copies, as for the first run
+        "sb3_async.train",
+        *("--algo", "a3c", "--env", "mpe2/simple_spread_v3", "-n", "500", "--seed", "1"),
+        *("-i", str(run / "mpe2-simple_spread_v3.zip"), "-params", "n_envs:2", "n_workers:2", "n_envs_per_worker:1"),
+        cwd=tmp_path,
+    )
+    model = A3C.load(tmp_path / "logs" / "a3c" / "mpe2-simple_spread_v3_2" / "mpe2-simple_spread_v3.zip")
+    assert model.num_timesteps >= 2500 and (model.n_workers, model.n_envs_per_worker) == (2, 3)

@@ -150,10 +150,6 @@ class EnvRecipe:
         return blob
 
     def _from_vec_env(self, venv: VecEnv) -> None:
-        if isinstance(venv, PoolVecEnv) and venv.pool.env_agents:  # a multi-agent pool: its env copies' factory
-            self.factory = venv.pool._factories[0]
-            self.multi_agent, self.agents_per_env = True, venv.pool.agents_per_env
-            return
         wrappers: list[tuple[type, dict[str, Any]]] = []
         while isinstance(venv, VecEnvWrapper):
             if isinstance(venv, VecNormalize):  # rebuilt with the same options; statistics shared at learn()
@@ -167,6 +163,11 @@ class EnvRecipe:
             elif not isinstance(venv, VecTransposeImage):  # re-added by SB3's _wrap_env when needed
                 raise TypeError(f"The VecEnv wrapper {type(venv).__name__} cannot be rebuilt in the workers. {_WHAT_TO_PASS}")
             venv = venv.venv
+        if isinstance(venv, PoolVecEnv) and venv.pool.env_agents:  # a multi-agent pool: its env copies' factory
+            self.factory = venv.pool._factories[0]
+            self.multi_agent, self.agents_per_env = True, venv.pool.agents_per_env
+            self.vec_wrappers = list(reversed(wrappers))
+            return
         if not isinstance(venv, DummyVecEnv):
             raise TypeError(
                 f"A {type(venv).__name__} cannot be given to workers (its envs live in other processes). {_WHAT_TO_PASS}"

@@ -21,11 +21,17 @@ every agent (parameter sharing).
 Every real episode of a slot ends with a Monitor-style ``info["episode"] = {"r", "l", "t"}`` (the agent's return,
 length, and seconds since the copy was built), which the algorithms log as ``rollout/ep_rew_mean``.
 
+:class:`PettingZooEnv` builds a PettingZoo env from a gymnasium-style id: an id of PettingZoo's own registry
+(``"butterfly/pistonball-v6"``) or ``"<package>/<module>"`` naming the module that defines the env
+(``"mpe2/simple_spread_v3"``); the RL Zoo command line takes such ids as ``--env`` (:mod:`sb3_async.zoo`).
+
 This module does not import torch; it imports PettingZoo only where a PettingZoo env is already loaded.
 """
 
 from __future__ import annotations
 
+import importlib
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -36,7 +42,15 @@ from gymnasium import spaces
 
 from sb3_async.env_pool.buffers import FINAL_INFO, FINAL_OBS, SharedBuffers
 
-__all__ = ["DEAD_AGENTS", "AgentSlots", "agent_slots_factory", "as_agent_slots", "is_multi_agent"]
+__all__ = [
+    "DEAD_AGENTS",
+    "AgentSlots",
+    "PettingZooEnv",
+    "agent_slots_factory",
+    "as_agent_slots",
+    "is_multi_agent",
+    "pettingzoo_env_id",
+]
 
 #: How the pool treats agents that leave an episode before the others: padded with zeros ("black death").
 DEAD_AGENTS = ("pad",)
@@ -292,3 +306,87 @@ def as_agent_slots(env: Any) -> Any:
     if isinstance(env, AgentSlots) or not is_multi_agent(env):
         return env
     return AgentSlots(env)
+
+
+_ENV_ID = re.compile(r"(?P<package>[A-Za-z_][\w.]*)/(?P<name>[A-Za-z_][\w-]*)")
+
+
+def _registry_type(env_id: str) -> str | None:
+    """``"parallel"`` or ``"aec"``: the PettingZoo registry (PettingZoo 1.27 and later) that has ``env_id``."""
+    import pettingzoo
+
+    if not hasattr(pettingzoo, "parallel_registry"):
+        return None
+    for env_type in ("parallel", "aec"):
+        try:
+            pettingzoo.spec(env_type, env_id)
+        except Exception:  # the registry's NameNotFound, NamespaceNotFound, VersionNotFound
+            continue
+        return env_type
+    return None
+
+
+def _env_module(env_id: str) -> Any:
+    """The module ``package.name`` of ``env_id`` = ``"package/name"`` if it defines ``parallel_env`` or ``env``."""
+    match = _ENV_ID.fullmatch(env_id)
+    if match is None or "-" in match["name"]:
+        return None
+    try:
+        module = importlib.import_module(f"{match['package']}.{match['name']}")
+    except ImportError:
+        return None
+    return module if any(callable(getattr(module, maker, None)) for maker in ("parallel_env", "env")) else None
+
+
+def pettingzoo_env_id(env_id: str) -> str | None:
+    """``env_id`` if it names a PettingZoo env (see :class:`PettingZooEnv`), else None."""
+    if _ENV_ID.fullmatch(env_id) is None:
+        return None
+    try:
+        import pettingzoo  # noqa: F401
+    except ImportError:
+        return None
+    return env_id if _env_module(env_id) is not None or _registry_type(env_id) is not None else None
+
+
+class PettingZooEnv:
+    """A factory of the PettingZoo env named ``env_id``, picklable by that name and its arguments (a saved model
+    rebuilds its env from it wherever the env is installed). ``env_id`` is
+
+    - an id of PettingZoo's own registry (PettingZoo 1.27 and later), e.g. ``"butterfly/pistonball-v6"``: built by
+      ``pettingzoo.make("parallel", env_id, **env_kwargs)`` (an AEC env, converted by the pool, where the registry
+      has no parallel one);
+    - or ``"<package>/<module>"``, naming the module ``<package>.<module>`` that defines the env, e.g.
+      ``"mpe2/simple_spread_v3"`` for ``mpe2.simple_spread_v3``: built by its ``parallel_env(**env_kwargs)`` (or its
+      ``env(**env_kwargs)``, an AEC env).
+
+    :param env_id: the env's name, as above
+    :param env_kwargs: the env's arguments, e.g. ``{"max_cycles": 25, "continuous_actions": True}``
+    """
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None):
+        self.env_id = env_id
+        self.env_kwargs = dict(env_kwargs or {})
+
+    def __call__(self) -> Any:
+        module = _env_module(self.env_id)
+        if module is not None:
+            return (getattr(module, "parallel_env", None) or module.env)(**self.env_kwargs)
+        env_type = _registry_type(self.env_id)
+        if env_type is None:
+            raise ValueError(
+                f"Invalid env id {self.env_id!r}: neither an id of PettingZoo's registry nor '<package>/<module>' naming"
+                " an importable module that defines parallel_env (e.g. 'mpe2/simple_spread_v3')"
+            )
+        import pettingzoo
+
+        return pettingzoo.make(env_type, self.env_id, **self.env_kwargs)  # type: ignore[call-overload]
+
+    def __repr__(self) -> str:
+        return f"PettingZooEnv({self.env_id!r}, {self.env_kwargs!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PettingZooEnv) and (other.env_id, other.env_kwargs) == (self.env_id, self.env_kwargs)
+
+    def __hash__(self) -> int:
+        return hash(self.env_id)
