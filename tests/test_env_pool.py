@@ -339,6 +339,38 @@ def test_vec_env_methods_and_wrappers():
         venv.close()
 
 
+@pytest.mark.parametrize(
+    "n_envs, cpus, expected",
+    [(8, 2, (1, 4)), (7, 2, (1, 3)), (2, 2, (1, 1)), (1, 2, (0, 1)), (8, 1, (0, 8)), (8, 4, (3, 2)), (3, 8, (2, 1))],
+)
+def test_synchronous_layout_one_process_per_core_main_included(n_envs, cpus, expected):
+    from sb3_async.env_pool.vec_env import synchronous_layout
+
+    assert synchronous_layout(n_envs, cpus) == expected
+
+
+def test_pool_vec_env_from_factories_takes_the_synchronous_layout_unless_told():
+    from sb3_async.env_pool.vec_env import synchronous_layout
+
+    venv = make_vec_env("CartPole-v1", n_envs=4, seed=3, vec_env_cls=PoolVecEnv)
+    reference = make_vec_env("CartPole-v1", n_envs=4, seed=3)
+    try:
+        assert (venv.pool.n_workers, venv.pool.local_envs) == synchronous_layout(4)
+        np.testing.assert_array_equal(venv.reset(), reference.reset())
+        actions = np.array([0, 1, 1, 0])
+        for _ in range(30):  # through episode ends: the same transitions as DummyVecEnv
+            obs, rewards, dones, _ = venv.step(actions)
+            ref_obs, ref_rewards, ref_dones, _ = reference.step(actions)
+            np.testing.assert_array_equal(obs, ref_obs)
+            np.testing.assert_array_equal(dones, ref_dones)
+    finally:
+        venv.close()
+        reference.close()
+    venv = make_vec_env("CartPole-v1", n_envs=4, vec_env_cls=PoolVecEnv, vec_env_kwargs={"n_workers": 2})
+    assert (venv.pool.n_workers, venv.pool.local_envs) == (2, 0)
+    venv.close()
+
+
 def test_pool_vec_env_as_make_vec_env_class():
     venv = make_vec_env("CartPole-v1", n_envs=2, seed=3, vec_env_cls=PoolVecEnv, vec_env_kwargs={"n_workers": 0})
     reference = make_vec_env("CartPole-v1", n_envs=2, seed=3)
