@@ -349,6 +349,14 @@ def test_synchronous_layout_one_process_per_core_main_included(n_envs, cpus, exp
     assert synchronous_layout(n_envs, cpus) == expected
 
 
+@pytest.mark.parametrize("kwargs, name", [(dict(n_envs=0), "n_envs"), (dict(n_envs=4, cpus=0), "cpus")])
+def test_synchronous_layout_names_a_bad_argument(kwargs, name):
+    from sb3_async.env_pool.vec_env import synchronous_layout
+
+    with pytest.raises(ValueError, match=name):
+        synchronous_layout(**kwargs)
+
+
 def test_pool_vec_env_from_factories_takes_the_synchronous_layout_unless_told():
     from sb3_async.env_pool.vec_env import synchronous_layout
 

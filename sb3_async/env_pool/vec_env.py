@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
+from sb3_async.common.validation import check_int
 from sb3_async.env_pool.core import EnvError, EnvPoolBase
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
 
@@ -31,9 +32,10 @@ def synchronous_layout(n_envs: int, cpus: int | None = None) -> tuple[int, int]:
     Pong, against 0.68x and 1.03-1.27x with 2 workers and an idle main process (docs/benchmarks.md, "AsyncEnvPool
     speed"). One env or one core: every env in this process.
     """
+    n_envs = check_int("n_envs", n_envs, 1)
     if cpus is None:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    processes = max(1, min(n_envs, cpus))
+    processes = min(n_envs, check_int("cpus", cpus, 1))
     if processes == 1:
         return 0, n_envs
     return processes - 1, n_envs // processes
