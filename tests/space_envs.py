@@ -98,15 +98,23 @@ class SpaceEnv(gym.Env):
 
     :param index: which env of a vector env this is (its methods report it)
     :param shared_info: return the same info dict at every step (an env that reuses its info)
+    :param scalar_infos: infos of numbers only, of every scalar type (a MuJoCo or Atari env's kind), whose keys change
+        now and then, sometimes empty
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 7}
 
     def __init__(
-        self, obs: str = "box", act: str = "box", index: int = 0, render_mode: str | None = None, shared_info: bool = False
+        self,
+        obs: str = "box",
+        act: str = "box",
+        index: int = 0,
+        render_mode: str | None = None,
+        shared_info: bool = False,
+        scalar_infos: bool = False,
     ):
         self.observation_space, self.action_space = make_space(obs), make_space(act)
-        self.index, self.render_mode, self.shared_info = index, render_mode, shared_info
+        self.index, self.render_mode, self.shared_info, self.scalar_infos = index, render_mode, shared_info, scalar_infos
         self.marker = 0
         self.x, self.t, self.length = 0.0, 0, 3
         self._info: dict[str, Any] = {}
@@ -128,8 +136,10 @@ class SpaceEnv(gym.Env):
         ended = self.t >= self.length
         terminated = ended and self.length % 2 == 0  # 2, 4 and 6 steps end terminated, 3 and 5 truncated
         truncated = ended and (self.length % 2 == 1 or self.length == 6)  # 6: both
-        if self.t % 3 == 0:
-            info: dict[str, Any] = {}
+        if self.scalar_infos:
+            info = scalar_info(self.t, self.x, d, self.index)
+        elif self.t % 3 == 0:
+            info = {}
         else:
             info = {"t": self.t, "d": d, "vec": np.arange(2) * self.t}
         if ended:
@@ -146,6 +156,33 @@ class SpaceEnv(gym.Env):
     def describe(self, scale: int = 1, *, offset: int = 0) -> tuple[int, int, int, int]:
         """What a method call sees: this env's index, marker and step count."""
         return self.index, self.marker, self.t * scale + offset, self.length
+
+
+def scalar_info(t: int, x: float, d: float, index: int) -> dict[str, Any]:
+    """An info of numbers of every scalar type numpy and Python have, its keys depending on ``t`` and ``index``."""
+    if (t + index) % 5 == 0:
+        return {}
+    info: dict[str, Any] = {
+        "x": np.float64(x),
+        "d": np.float32(d),
+        "half": np.float16(x),
+        "t": t,
+        "big": 2**62 + t,
+        "f": float(d),
+        "ok": bool(d > 0),
+        "flag": np.bool_(x > 0),
+        "i64": np.int64(-t),
+        "i32": np.int32(t * 7),
+        "i16": np.int16(-t),
+        "i8": np.int8(t),
+        "u64": np.uint64(2**63 + t),
+        "u32": np.uint32(t),
+        "u16": np.uint16(t),
+        "u8": np.uint8(t),
+    }
+    if t % 4 == 0:
+        info["extra"] = np.float64(-x)
+    return info
 
 
 class Tagged(gym.Wrapper):

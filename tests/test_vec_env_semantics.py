@@ -313,3 +313,19 @@ def test_space_env_is_deterministic_given_its_seed():
             action = np.full(3, 0.3, np.float32)
             assert_same(a.step(action), b.step(action))
     assert len(lengths) >= 3
+
+
+def test_infos_of_numbers_travel_packed_and_arrive_as_dummy_vec_envs():
+    """Infos of scalars only (MuJoCo's, Atari's) skip pickling between a worker and the pool: the same values of the
+    same types as DummyVecEnv's, keys changing between steps, episode ends included. The envs reuse their info dict:
+    those stepped in this process have theirs copied (a shallow copy suffices for numbers)."""
+    kwargs = {"scalar_infos": True, "shared_info": True}
+    for layout in LAYOUTS:
+        reference = DummyVecEnv(space_env_factories(N_ENVS, **kwargs))
+        with AsyncEnvPool(space_env_factories(N_ENVS, **kwargs), **layout) as pool:
+            ends = run_side_by_side(pool.as_vec_env(), reference, steps=30)
+            assert ends >= 10
+            if pool.n_workers:
+                unpackers = pool.workers._unpackers  # type: ignore[union-attr]
+                assert all(len(unpacker._schemas) >= 2 for unpacker in unpackers), "the packed path was not taken"
+        reference.close()

@@ -197,7 +197,7 @@ def busy_loop() -> None:
 def ratio(races: list[dict[str, list[float]]], engine: str, references: list[str]) -> float:
     """``engine``'s rate over the fastest of ``references``: in one race, the median over rounds of the ratio to the
     fastest reference of the same round; references raced apart (see :func:`sub_races`), the smallest of the medians
-    of the ratios to each of them (each ratio taken within its own race)."""
+    of the ratios to each of them (each ratio taken within its own race); NaN when no reference raced."""
     medians = []
     for rates in races:
         refs = [ref for ref in references if ref in rates and ref != engine]
@@ -205,7 +205,7 @@ def ratio(races: list[dict[str, list[float]]], engine: str, references: list[str
             medians.append(
                 statistics.median(value / max(rates[ref][k] for ref in refs) for k, value in enumerate(rates[engine]))
             )
-    return min(medians)
+    return min(medians, default=float("nan"))
 
 
 def sub_races(engines: list[str], n_envs: int, split: int) -> list[list[str]]:

@@ -86,6 +86,8 @@ class SpaceArrays:
     def read(self, indices: int | Sequence[int] | slice | np.ndarray) -> Any:
         """A copy of the rows ``indices``, batched as SB3's VecEnvs batch them (a dict of arrays for a Dict space, a
         tuple of arrays for a Tuple space)."""
+        if self._plain is not None:  # one array (at every step: the short way)
+            return self._plain[indices].copy() if isinstance(indices, (int, slice)) else self._plain[indices]
         if isinstance(indices, (int, slice)):  # views: copy them
             arrays = {key: array[indices].copy() for key, array in self.arrays.items()}
         else:  # fancy indexing copies already

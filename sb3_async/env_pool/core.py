@@ -273,7 +273,9 @@ class EnvPoolBase:
                 self._local = EnvPoolGroup(env, self.n_envs, env_kwargs, autoreset)  # type: ignore[arg-type]
             elif self._local_group is not None:  # built while the workers start
                 local_ids = self._worker_copies[self._local_group]
-                self._local = EnvWorker(local_ids, [self._factories[i] for i in local_ids], autoreset, on_error)
+                self._local = EnvWorker(
+                    local_ids, [self._factories[i] for i in local_ids], autoreset, on_error, copy_infos=True
+                )
             for w in range(self.n_workers):  # worker 0 first: env 0's spaces are the pool's
                 self._handshake(w)
             if self._local is not None:

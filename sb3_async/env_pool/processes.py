@@ -2,9 +2,10 @@
 :mod:`sb3_async.common.runtime.processes`, the shared buffers mapped in each.
 
 A step is one byte to the worker (:data:`~sb3_async.env_pool.worker.STEP`, with the ids when not every env of the
-group steps) and an empty reply unless an info is not empty; observations, actions, rewards and flags stay in the
-shared buffers. Waiting blocks on the pipes (no spinning): an idle pool costs no CPU, and a busy machine does not
-starve it (a spinning worker would take the learner's core).
+group steps) and an empty reply unless an info is not empty (infos of numbers packed:
+:mod:`~sb3_async.env_pool.info_codec`); observations, actions, rewards and flags stay in the shared buffers. Waiting
+blocks on the pipes (no spinning): an idle pool costs no CPU, and a busy machine does not starve it (a spinning worker
+would take the learner's core).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import cloudpickle
 
 from sb3_async.common.runtime.processes import process_context, start_process, stop_processes
 from sb3_async.env_pool.buffers import SharedBuffers
+from sb3_async.env_pool.info_codec import PACKED, InfoUnpacker
 from sb3_async.env_pool.worker import env_worker_main, step_message
 
 __all__ = ["ProcessWorkers"]
@@ -71,6 +73,7 @@ class ProcessWorkers:
         self._busy = [0] * n_workers  # commands sent and not answered yet, per worker
         # Per worker, a poll of its pipe and its process sentinel (a dead worker's child may hold its pipe open)
         self._polls: list[Any] = [None] * n_workers
+        self._unpackers = [InfoUnpacker() for _ in range(n_workers)]  # the info schemas each worker announced
 
     def start(self, w: int, ids: list[int], factories_blob: bytes) -> None:
         """Start worker ``w``; its first reply is its envs' spaces."""
@@ -84,6 +87,7 @@ class ProcessWorkers:
         child_conn.close()
         self._procs[w], self._conns[w] = proc, parent_conn
         self._busy[w] = 1  # the spaces
+        self._unpackers[w] = InfoUnpacker()  # a respawned worker announces its schemas anew
         self._polls[w] = poll = select.poll()
         poll.register(parent_conn.fileno(), select.POLLIN)
         poll.register(proc.sentinel, select.POLLIN)
@@ -133,7 +137,13 @@ class ProcessWorkers:
         self._busy[w] -= 1
         if not data:  # a step with no infos to report
             return "step", ({}, {})
+        if data[:1] == PACKED:
+            return "step", (self._unpackers[w].unpack(data), {})
         kind, payload = pickle.loads(data)
+        if kind == "schema":  # a step whose infos have a new schema: packed from the next such step on
+            (number, schema), infos = payload
+            self._unpackers[w].learn(number, schema)
+            return "step", (infos, {})
         return kind, payload
 
     def ready(self, workers: Sequence[int], timeout: float | None) -> list[int]:

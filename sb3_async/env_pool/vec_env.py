@@ -6,7 +6,6 @@ Kept apart from the pool because it imports stable_baselines3 (and so torch), wh
 
 from __future__ import annotations
 
-import copy
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -72,9 +71,7 @@ class PoolVecEnv(VecEnv):
         super().__init__(pool.n_envs, pool.observation_space(0), pool.action_space(0))
         self._all_ids = list(range(self.num_envs))
         self.metadata = pool.get_attr("metadata", [0])[0]  # env 0's, as DummyVecEnv's
-        # The envs stepped in this process return their own info dicts, which the env may reuse: copied, as
-        # DummyVecEnv copies every info (a worker's infos are copies already, pickled)
-        self._local_from = pool.n_envs - pool.local_envs
+        self._bounds = _action_bounds(self.action_space)
 
     def _check_actions(self, actions: Any) -> Any:
         """The batch of actions, checked against the action space (one vectorised test for Box and Discrete)."""
@@ -88,14 +85,15 @@ class PoolVecEnv(VecEnv):
                         f"Invalid actions of shape {array.shape}: expected {(n, *space.shape)} numbers for {space}"
                     )
                 array = array.astype(space.dtype, copy=False)
-                inside = bool(np.all(array >= space.low) and np.all(array <= space.high))
+                low, high = self._bounds
+                if np.ndim(low):
+                    inside = bool((array >= low).all() and (array <= high).all())
+                else:  # the same bounds in every dimension: two reductions (a NaN fails both tests, as it should)
+                    inside = not array.size or bool(low <= array.min() and array.max() <= high)
             else:
                 array = array.reshape(n) if array.size == n else array
-                inside = (
-                    array.shape == (n,)
-                    and array.dtype.kind in "iu"
-                    and bool(np.all((array >= space.start) & (array < space.start + space.n)))
-                )
+                low, high = self._bounds
+                inside = array.shape == (n,) and array.dtype.kind in "iu" and bool(low <= array.min() and array.max() < high)
             if inside:
                 return array
         elif len(actions) == n and all(space.contains(action) for action in actions):
@@ -130,14 +128,14 @@ class PoolVecEnv(VecEnv):
         infos: list[dict[str, Any]] = []
         for i, info in results:
             if FINAL_OBS in info:  # the episode ended: the step's info is the final one, the rest is the reset's
-                step_info = copy.deepcopy(info[FINAL_INFO]) if i >= self._local_from else dict(info[FINAL_INFO])
+                step_info = dict(info[FINAL_INFO])
                 step_info["terminal_observation"] = info[FINAL_OBS]
                 reset_info = {key: value for key, value in info.items() if key not in (FINAL_OBS, FINAL_INFO, "error")}
                 if "error" in info:
                     step_info["error"] = info["error"]
                 self.reset_infos[i] = reset_info
             else:
-                step_info = copy.deepcopy(info) if info and i >= self._local_from else info
+                step_info = info
             step_info["TimeLimit.truncated"] = time_limits[i]
             infos.append(step_info)
         return obs, rewards, dones, infos
@@ -210,6 +208,19 @@ class PoolVecEnv(VecEnv):
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
         return self._each(indices, lambda ids: self.pool.env_is_wrapped(wrapper_class, ids))
+
+
+def _action_bounds(space: spaces.Space) -> tuple[Any, Any]:
+    """What :meth:`PoolVecEnv._check_actions` compares a batch with: a Box's bounds (two scalars when every dimension
+    has the same), a Discrete's ``start`` and ``start + n`` (excluded)."""
+    if isinstance(space, spaces.Box):
+        low, high = space.low, space.high
+        if low.size and (low == low.flat[0]).all() and (high == high.flat[0]).all():
+            return low.flat[0], high.flat[0]
+        return low, high
+    if isinstance(space, spaces.Discrete):
+        return space.start, space.start + space.n
+    return None, None
 
 
 def _batched(space: spaces.Space, actions: Sequence[Any]) -> Any:

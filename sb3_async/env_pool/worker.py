@@ -5,7 +5,8 @@
   :data:`FINAL_INFO`) and the ``on_error`` handling. The same class serves the envs the pool keeps in its own process,
   its worker processes and its Ray hosts.
 - :func:`env_worker_main`: the entry point of an env worker process. A step costs one byte each way on its pipe (the
-  infos that are not empty travel with the reply); rare commands (``reset``, ``call``, ``close``) are pickled.
+  infos that are not empty travel with the reply, packed when they are numbers: :mod:`~sb3_async.env_pool.info_codec`);
+  rare commands (``reset``, ``call``, ``close``) are pickled.
 
 This module does not import torch, so neither do the env workers.
 """
@@ -13,6 +14,7 @@ This module does not import torch, so neither do the env workers.
 from __future__ import annotations
 
 import contextlib
+import copy
 import pickle
 import signal
 import traceback
@@ -28,9 +30,20 @@ import numpy as np
 
 from sb3_async.common.runtime.processes import report_and_exit, watch_parent
 from sb3_async.env_pool.buffers import FINAL_INFO, FINAL_OBS, SharedBuffers
+from sb3_async.env_pool.info_codec import InfoPacker
 from sb3_async.env_pool.multi_agent import AgentSlots, as_agent_slots
 
-__all__ = ["FINAL_INFO", "FINAL_OBS", "STEP", "EnvFactory", "EnvWorker", "Missing", "env_worker_main", "step_message"]
+__all__ = [
+    "FINAL_INFO",
+    "FINAL_OBS",
+    "STEP",
+    "EnvFactory",
+    "EnvWorker",
+    "Missing",
+    "copy_info",
+    "env_worker_main",
+    "step_message",
+]
 
 EnvFactory = Callable[[], gym.Env]
 #: First byte of a step command to a worker process (a pickle starts with b"\x80", so it cannot be one).
@@ -40,6 +53,18 @@ STEP = b"S"
 def step_message(ids: Sequence[int] | None) -> bytes:
     """The step command for a worker process: step every env it holds (``ids`` None) or those in ``ids``."""
     return STEP if ids is None else STEP + np.asarray(ids, dtype=np.int32).tobytes()
+
+
+#: Values an info can hold that no one can change in place: a dict of them is copied by copying the dict
+_IMMUTABLE = (int, float, str, bytes, type(None), np.number, np.bool_)
+
+
+def copy_info(info: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``info`` that changes to the env's own dict cannot reach (DummyVecEnv deep-copies its infos): the dict
+    alone where every value is an immutable scalar (the common case, at every step), else a deep copy."""
+    if all(isinstance(value, _IMMUTABLE) for value in info.values()):
+        return dict(info)
+    return copy.deepcopy(info)
 
 
 @dataclass
@@ -68,10 +93,12 @@ class EnvWorker:
     :param factories: one factory per env
     :param autoreset: the pool's ``autoreset``
     :param on_error: the pool's ``on_error``
+    :param copy_infos: return copies of the envs' step infos (:func:`copy_info`), for a group in the pool's own process
+        (a worker process's infos reach the pool as copies, pickled): copied here, while the workers step, not after
     """
 
-    def __init__(self, ids: list[int], factories: list[EnvFactory], autoreset: bool, on_error: str):
-        self.autoreset, self.on_error = autoreset, on_error
+    def __init__(self, ids: list[int], factories: list[EnvFactory], autoreset: bool, on_error: str, copy_infos: bool = False):
+        self.autoreset, self.on_error, self.copy_infos = autoreset, on_error, copy_infos
         envs = [as_agent_slots(factory()) for factory in factories]
         #: slot id -> its env copy (multi-agent envs only)
         self.copies: dict[int, AgentSlots] = {}
@@ -167,7 +194,7 @@ class EnvWorker:
                 obs.write(i, observation)
                 rewards[i], terminated[i], truncated[i] = float(reward), bool(ended), bool(cut)
                 if info:
-                    infos[i] = info
+                    infos[i] = copy_info(info) if self.copy_infos else info
             except Exception:
                 error = traceback.format_exc()
                 if self.on_error == "raise":
@@ -192,7 +219,10 @@ class EnvWorker:
                 infos.update(env.restarted(self.buffers, restart))
                 continue
             try:
-                infos.update(env.step(self.buffers))
+                step_infos = env.step(self.buffers)
+                if self.copy_infos:
+                    step_infos = {i: copy_info(info) for i, info in step_infos.items()}
+                infos.update(step_infos)
             except Exception:
                 error = traceback.format_exc()
                 if self.on_error == "raise":
@@ -227,7 +257,7 @@ class EnvWorker:
                     else:
                         obs, info = self.envs[i].reset(seed=seed, options=options)
                         self.buffers.obs.write(i, obs)
-                        infos[i] = info
+                        infos[i] = copy_info(info) if self.copy_infos else info
                     errors.pop(i, None)
                     break
                 except Exception:
@@ -280,12 +310,22 @@ def _serve(worker: EnvWorker, conn: Connection) -> None:
     """Answer the pool's commands until it says ``close``."""
     receive, reply = conn.recv_bytes, conn.send_bytes
     every_id = worker.ids
+    packer = InfoPacker()
     while True:
         message = receive()
         if message[:1] == STEP:
             ids = every_id if len(message) == 1 else np.frombuffer(message, dtype=np.int32, offset=1).tolist()
             infos, errors = worker.step(ids)
-            reply(pickle.dumps(("step", (infos, errors)), pickle.HIGHEST_PROTOCOL) if infos or errors else b"")
+            if not infos and not errors:
+                reply(b"")
+                continue
+            packed = packer.pack(infos) if not errors else None
+            if isinstance(packed, bytes):
+                reply(packed)
+            elif packed is None:
+                reply(pickle.dumps(("step", (infos, errors)), pickle.HIGHEST_PROTOCOL))
+            else:  # a new schema: announced with this step's infos
+                reply(pickle.dumps(("schema", (packed, infos)), pickle.HIGHEST_PROTOCOL))
             continue
         command, data = pickle.loads(message)
         if command == "step":  # with envs to report restarted
