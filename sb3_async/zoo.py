@@ -283,8 +283,6 @@ class ZooAlgorithm:
         base = _check_zoo_env(env)
         if any(name in kwargs for name in (*(self.worker_names or ()), "n_workers", "n_envs_per_worker")):
             kwargs.update(self._worker_kwargs(env, kwargs))
-            if isinstance(base, PoolVecEnv) and self.worker_names is not None:  # load() sets the attribute: slots
-                kwargs[self.worker_names[1]] *= base.pool.agents_per_env
         with _without_monitor_files(base):
             model = self.algo_class.load(path, env=env, **kwargs)
         if isinstance(model, AsyncAlgorithm):

@@ -299,6 +299,11 @@ def test_a3c_trains_on_simple_spread_with_parameter_sharing_and_saves(tmp_path):
     np.testing.assert_allclose(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
     loaded.learn(500, reset_num_timesteps=False)  # rebuilds the env from the saved recipe: the pool's factory
     assert loaded.num_timesteps >= 3500
+    # Counts given to load() mean what they mean in the constructor: env copies per worker, a slot per agent
+    resized = A3C.load(tmp_path / "a3c", n_workers=1, n_envs_per_worker=2)
+    assert (resized.n_workers, resized.n_envs_per_worker, resized.n_envs) == (1, 6, 6)
+    with AsyncEnvPool(make, n_envs=1, n_workers=0) as pool:
+        assert A3C.load(tmp_path / "a3c", env=pool.as_vec_env(), n_envs_per_worker=1).n_envs_per_worker == 3
 
 
 def test_a3c_takes_a_pettingzoo_factory():

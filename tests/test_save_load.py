@@ -101,3 +101,20 @@ def test_load_of_our_own_other_algorithm_and_of_a_truncated_file(tmp_path):
     with pytest.raises(ValueError, match=r"cut\.zip.*not a complete model zip"):
         A3C.load(tmp_path / "cut.zip")
     assert A3C.load(tmp_path / "a3c.zip").n_workers == 1
+
+
+def test_worker_counts_given_to_load_are_the_constructors(tmp_path):
+    """``load(path, n_workers=...)`` as SB3's ``load(path, n_envs=...)``: under the constructor's names (Ape-X's
+    ``n_actors``, which is read-only on the model), checked as the constructor checks them."""
+    A3C("MlpPolicy", "CartPole-v1", n_workers=1).save(tmp_path / "a3c.zip")
+    loaded = A3C.load(tmp_path / "a3c.zip", n_workers=2, n_envs_per_worker=3)
+    assert (loaded.n_workers, loaded.n_envs_per_worker, loaded.n_envs) == (2, 3, 6)
+    with_env = A3C.load(tmp_path / "a3c.zip", env=gym.make("CartPole-v1"), n_workers=2, n_envs_per_worker=3)
+    assert with_env.get_env().num_envs == 6
+    with pytest.raises(ValueError, match="n_workers"):
+        A3C.load(tmp_path / "a3c.zip", n_workers=0)
+    sb3_async.ApeXDQN("MlpPolicy", "CartPole-v1", n_actors=1, buffer_size=1000, batch_size=32).save(tmp_path / "apex.zip")
+    apex = sb3_async.ApeXDQN.load(tmp_path / "apex.zip", n_actors=2, n_envs_per_actor=2)
+    assert (apex.n_actors, apex.n_envs_per_worker, apex.n_envs) == (2, 2, 4)
+    with pytest.raises(ValueError, match="n_envs_per_actor"):
+        sb3_async.ApeXDQN.load(tmp_path / "apex.zip", n_envs_per_actor=-1)

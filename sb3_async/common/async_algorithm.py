@@ -224,17 +224,9 @@ class AsyncAlgorithm(AtomicSaves):
         if not isinstance(pause_for_eval, bool):
             raise TypeError(f"Invalid pause_for_eval={pause_for_eval!r}: expected True or False")
         self.pause_for_eval = pause_for_eval
-        name = self.workers_argument
-        self.n_workers = check_int(name, (os.cpu_count() or 1) if n_workers is None else n_workers)
-        self.n_envs_per_worker = check_int(self.envs_argument, n_envs_per_worker)
         check_backend(backend, backend_kwargs)
-        bound = max_local_workers()
-        if backend == "mp" and self.n_workers > bound:
-            raise ValueError(
-                f"Invalid {name}={self.n_workers}: at most {bound} worker processes on this machine (the larger of "
-                f"{MIN_WORKER_BOUND} and {MAX_WORKERS_PER_CPU} per CPU, {usable_cpus()} CPUs); more only take turns on the "
-                "cores (backend='ray' spreads workers over several machines)"
-            )
+        self.n_workers = self._check_n_workers((os.cpu_count() or 1) if n_workers is None else n_workers, backend)
+        self.n_envs_per_worker = check_int(self.envs_argument, n_envs_per_worker)
         if start_method not in START_METHODS:
             raise ValueError(f"Invalid start_method={start_method!r}: expected one of {', '.join(START_METHODS)}")
         self.backend, self.start_method = backend, start_method
@@ -280,6 +272,50 @@ class AsyncAlgorithm(AtomicSaves):
         self._use_worker_view()
         self._train_stats: dict[int, dict[str, float]] = {}
         self._runtime: Runtime | None = None
+
+    @classmethod
+    def _check_n_workers(cls, n_workers: Any, backend: str) -> int:
+        name = cls.workers_argument
+        n_workers = check_int(name, n_workers)
+        bound = max_local_workers()
+        if backend == "mp" and n_workers > bound:
+            raise ValueError(
+                f"Invalid {name}={n_workers}: at most {bound} worker processes on this machine (the larger of "
+                f"{MIN_WORKER_BOUND} and {MAX_WORKERS_PER_CPU} per CPU, {usable_cpus()} CPUs); more only take turns on the "
+                "cores (backend='ray' spreads workers over several machines)"
+            )
+        return n_workers
+
+    @classmethod
+    def load(  # type: ignore[override]
+        cls: type[SelfAsyncAlgorithm],
+        path: Any,
+        env: Any = None,
+        device: Any = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfAsyncAlgorithm:
+        """SB3's ``load()``. The worker counts are given under the constructor's names (``n_workers`` and
+        ``n_envs_per_worker``; Ape-X: ``n_actors`` and ``n_envs_per_actor``), checked as the constructor checks them, and
+        mean what they mean there: with a multi-agent env, ``n_envs_per_worker`` env copies per worker, one slot per
+        agent each. Without them, the saved counts stay."""
+        counts = {}
+        for name in (cls.workers_argument, cls.envs_argument, "n_workers", "n_envs_per_worker"):
+            if name in kwargs:
+                counts[name] = kwargs.pop(name)
+        model = super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+        if counts:
+            workers = counts.get(cls.workers_argument, counts.get("n_workers"))
+            if workers is not None:
+                model.n_workers = model._check_n_workers(workers, model.backend)
+            copies = counts.get(cls.envs_argument, counts.get("n_envs_per_worker"))
+            if copies is not None:
+                agents = model._env_recipe.agents_per_env if model._env_recipe is not None else 1
+                model.n_envs_per_worker = check_int(cls.envs_argument, copies) * agents
+            model._use_worker_view()
+        return model
 
     @property
     def n_envs_total(self) -> int:
