@@ -437,3 +437,50 @@ def test_vec_normalize_over_the_pool_reaches_the_workers(one_torch_thread):
         assert model._env_recipe.multi_agent and model._env_recipe.normalizes and model.n_envs == 6
         model.learn(600)
         assert model.get_vec_normalize_env().obs_rms.count > 600  # the workers' steps
+
+
+def test_knights_archers_zombies_agents_killed_early_are_padded():
+    """A real env whose agents die before the others (zombies kill knights and archers), vector observations: stepped
+    side by side with the raw ParallelEnv on the same seed and actions, every live agent's slot has the env's
+    observation and reward; a killed agent's slot ends terminated with its last observation, then observes zeros,
+    earns 0 and is flagged dead until the copy's episode ends."""
+    pytest.importorskip("pygame")
+    from pettingzoo.butterfly import knights_archers_zombies_v11 as kaz
+
+    kwargs = dict(obs_method="vector", max_cycles=400, spawn_delay=2, max_zombies=12)
+    raw = kaz.parallel_env(**kwargs)
+    expected, _ = raw.reset(seed=7)
+    names = list(raw.possible_agents)
+    rng = np.random.default_rng(0)
+    with AsyncEnvPool(lambda: kaz.parallel_env(**kwargs), n_envs=1, n_workers=1) as pool:
+        venv = pool.as_vec_env()
+        assert venv.num_envs == len(names) == 4
+        venv.seed(7)
+        obs = venv.reset()
+        for k, name in enumerate(names):
+            np.testing.assert_allclose(obs[k], expected[name], rtol=1e-6)
+        dead: set[str] = set()
+        padded = 0
+        for _ in range(400):
+            actions = rng.integers(0, 6, size=len(names))
+            live = {name: int(actions[k]) for k, name in enumerate(names) if name in raw.agents}
+            expected, rewards_raw, terminations, truncations, _ = raw.step(live)
+            obs, rewards, dones, infos = venv.step(actions)
+            if not raw.agents:  # the copy's episode ended: the pool starts the next one
+                assert dones.all()
+                break
+            for k, name in enumerate(names):
+                if name in dead:
+                    padded += 1
+                    assert infos[k]["dead"] is True and rewards[k] == 0 and not dones[k]
+                    np.testing.assert_array_equal(obs[k], 0)
+                elif terminations.get(name):  # killed at this step
+                    dead.add(name)
+                    assert dones[k] and infos[k]["TimeLimit.truncated"] is False
+                    np.testing.assert_allclose(infos[k]["terminal_observation"], expected[name], rtol=1e-6)
+                    assert rewards[k] == pytest.approx(rewards_raw[name])
+                else:
+                    np.testing.assert_allclose(obs[k], expected[name], rtol=1e-6)
+                    assert rewards[k] == pytest.approx(rewards_raw[name]) and not dones[k]
+        assert dead and padded, "no agent was killed before the others: the test did not see what it checks"
+    raw.close()
