@@ -240,6 +240,12 @@ def test_ae_ddpg_trains_on_continuous_simple_spread_and_saves(tmp_path):
     loaded = AEDDPG.load(tmp_path / "ae_ddpg", env=pool.as_vec_env())
     np.testing.assert_allclose(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
     pool.close()
+    # From a factory, n_envs counts env copies, as AsyncEnvPool's n_envs does (a slot per agent each)
+    from_factory = AEDDPG("MlpPolicy", make, n_envs=2, learning_starts=100)
+    assert from_factory.n_envs == 6
+    with AsyncEnvPool(make, n_envs=2, n_workers=0) as given, pytest.raises(ValueError, match="n_envs=3: the env given has 2"):
+        AEDDPG("MlpPolicy", given, n_envs=3)
+    from_factory.env.close()
 
 
 @pytest.mark.slow

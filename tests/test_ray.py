@@ -17,7 +17,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
-from sb3_async import A3C, ApeXDPG, ApeXDQN, AsyncNStepQ, WorkerError
+from sb3_async import A3C, AEDDPG, ApeXDPG, ApeXDQN, AsyncNStepQ, WorkerError
 from sb3_async.common.runtime import make_runtime
 from sb3_async.common.runtime.ray_backend import NAMESPACE, RAY_INSTALL_HINT, entry_tensors, merge_changes
 from tests.conftest import two_node_cluster
@@ -170,6 +170,29 @@ def test_async_q_and_apex_dpg_run_on_the_cluster(cluster, algo, tmp_path):
     loaded = type(model).load(tmp_path / "model.zip", env=gym.make(env))
     obs = model.observation_space.sample()[None]
     np.testing.assert_allclose(model.predict(obs, deterministic=True)[0], loaded.predict(obs, deterministic=True)[0])
+
+
+@pytest.mark.ray
+def test_multi_agent_pettingzoo_env_trains_on_the_cluster(cluster):
+    """A3C's workers and AEDDPG's env hosts on both nodes with a PettingZoo factory: a slot per agent, episodes
+    logged; ``n_envs`` counts env copies for AEDDPG as for the pool."""
+    simple_spread_v3 = pytest.importorskip("mpe2.simple_spread_v3")
+
+    def discrete():
+        return simple_spread_v3.parallel_env(max_cycles=25)
+
+    def continuous():
+        return simple_spread_v3.parallel_env(max_cycles=25, continuous_actions=True)
+
+    model = A3C("MlpPolicy", discrete, n_workers=2, backend="ray", seed=0)
+    callback = OnSteps(at=0)
+    model.learn(1500, callback=callback)
+    assert len(callback.nodes) == 2 and model.n_envs == 6 and model.num_timesteps >= 1500
+    assert model.ep_info_buffer and model.ep_info_buffer[-1]["l"] == 25
+    ae_ddpg = AEDDPG("MlpPolicy", continuous, n_envs=2, backend="ray", learning_starts=100, seed=0)
+    assert ae_ddpg.n_envs == 6
+    ae_ddpg.learn(400)
+    assert ae_ddpg.num_timesteps >= 400 and ae_ddpg.ep_info_buffer
 
 
 @pytest.mark.ray

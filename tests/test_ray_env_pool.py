@@ -176,6 +176,38 @@ def test_local_envs_step_in_the_driver_alongside_the_hosts(cluster):
         mp_env.close()
 
 
+def test_multi_agent_pettingzoo_envs_on_the_cluster_as_with_mp(cluster):
+    """A PettingZoo ParallelEnv's copies on Ray hosts: the slots (copy x agent), observations, rewards and ends of the
+    same pool on worker processes, through episode ends."""
+    simple_spread_v3 = pytest.importorskip("mpe2.simple_spread_v3")
+
+    def make():
+        return simple_spread_v3.parallel_env(max_cycles=10)
+
+    ray_env = AsyncEnvPool(make, n_envs=2, n_workers=2, backend="ray").as_vec_env()
+    mp_env = AsyncEnvPool(make, n_envs=2, n_workers=2).as_vec_env()
+    try:
+        assert ray_env.num_envs == mp_env.num_envs == 6
+        ray_env.seed(4)
+        mp_env.seed(4)
+        np.testing.assert_array_equal(ray_env.reset(), mp_env.reset())
+        rng = np.random.default_rng(2)
+        ends = 0
+        for _ in range(25):
+            actions = rng.integers(0, 5, size=6)
+            ray_obs, ray_rewards, ray_dones, ray_infos = ray_env.step(actions)
+            mp_obs, mp_rewards, mp_dones, mp_infos = mp_env.step(actions)
+            np.testing.assert_array_equal(ray_obs, mp_obs)
+            np.testing.assert_array_equal(ray_rewards, mp_rewards)
+            np.testing.assert_array_equal(ray_dones, mp_dones)
+            assert [info["TimeLimit.truncated"] for info in ray_infos] == [info["TimeLimit.truncated"] for info in mp_infos]
+            ends += int(mp_dones.sum())
+        assert ends == 12  # both copies' 3 agents truncated at steps 10 and 20
+    finally:
+        ray_env.close()
+        mp_env.close()
+
+
 def test_recv_returns_the_ready_envs_first_and_oldest_first(cluster):
     import ray
 

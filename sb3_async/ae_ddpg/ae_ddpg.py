@@ -163,10 +163,11 @@ def make_pool_vec_env(
         source = factory
     else:
         raise TypeError(f"Invalid env={env!r}: expected an env id, a factory, a gym.Env, a DummyVecEnv or an AsyncEnvPool")
-    if n_envs is not None and given.num_envs != n_envs:
+    copies = given.pool.n_env_copies  # a multi-agent env's copies (a slot per agent each), else its envs
+    if n_envs is not None and copies != n_envs:
         if source is not None:  # built here: nobody else will close it
             given.close()
-        raise ValueError(f"Invalid n_envs={n_envs}: the env given has {given.num_envs} envs")
+        raise ValueError(f"Invalid n_envs={n_envs}: the env given has {copies} envs")
     return given, source
 
 
