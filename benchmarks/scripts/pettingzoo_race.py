@@ -103,9 +103,8 @@ def main() -> None:
     ]
     for algo in args.algos:
         mine = [r for r in runs if r["algo"] == algo]
-        lines.append(
-            f"| {algo} | {statistics.median(r['score'] for r in mine):.2f} | {statistics.median(r['seconds'] for r in mine):.1f} |"
-        )
+        score, seconds = statistics.median(r["score"] for r in mine), statistics.median(r["seconds"] for r in mine)
+        lines.append(f"| {algo} | {score:.2f} | {seconds:.1f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
