@@ -490,3 +490,41 @@ def test_knights_archers_zombies_agents_killed_early_are_padded():
                     assert rewards[k] == pytest.approx(rewards_raw[name]) and not dones[k]
         assert dead and padded, "no agent was killed before the others: the test did not see what it checks"
     raw.close()
+
+
+def test_pistonball_image_observations_match_the_raw_env():
+    """Butterfly's pistonball (image observations, continuous actions): the pool's slots give the raw ParallelEnv's
+    observations and rewards for the same seed and actions up to the episode's end (the ball reaching the wall, or
+    ``max_cycles``), where every piston's slot ends with the env's last observation."""
+    pytest.importorskip("pymunk")
+    from pettingzoo.butterfly import pistonball_v6
+
+    kwargs = dict(n_pistons=4, max_cycles=40)
+    raw = pistonball_v6.parallel_env(**kwargs)
+    expected, _ = raw.reset(seed=1)
+    names = list(raw.possible_agents)
+    rng = np.random.default_rng(3)
+    with AsyncEnvPool(lambda: pistonball_v6.parallel_env(**kwargs), n_envs=1, n_workers=1) as pool:
+        venv = pool.as_vec_env()
+        assert venv.num_envs == 4 and venv.observation_space.shape == (457, 120, 3)
+        venv.seed(1)
+        obs = venv.reset()
+        np.testing.assert_array_equal(obs, np.stack([expected[name] for name in names]))
+        for _ in range(40):
+            actions = rng.uniform(-1, 1, size=(4, 1)).astype(np.float32)
+            expected, rewards_raw, terminations, truncations, _ = raw.step({name: actions[k] for k, name in enumerate(names)})
+            obs, rewards, dones, infos = venv.step(actions)
+            np.testing.assert_allclose(rewards, [rewards_raw[name] for name in names], rtol=1e-5)
+            if raw.agents:
+                np.testing.assert_array_equal(obs, np.stack([expected[name] for name in names]))
+                assert not dones.any()
+                continue
+            assert dones.all()  # the episode ended for every piston at once: the copy starts again
+            cut = [bool(truncations[name] and not terminations[name]) for name in names]
+            assert [info["TimeLimit.truncated"] for info in infos] == cut
+            for k, name in enumerate(names):
+                np.testing.assert_array_equal(infos[k]["terminal_observation"], expected[name])
+            break
+        else:
+            raise AssertionError("the episode did not end within max_cycles")
+    raw.close()
