@@ -27,9 +27,9 @@ def synchronous_layout(n_envs: int, cpus: int | None = None) -> tuple[int, int]:
     """``(n_workers, local_envs)`` for stepping ``n_envs`` envs synchronously on ``cpus`` cores (default: the cores this
     process may run on): one process per core, this one included, each with an equal share of the envs (the workers
     take the remainder). While the workers step, this process steps its share instead of waiting; on 2 cores this
-    layout (1 worker + this process) stepped 0.90x ``DummyVecEnv`` on 8 CartPoles and 1.10-1.62x on HalfCheetah and
-    Pong, against 0.68x and 1.03-1.27x with 2 workers and an idle main process (docs/benchmarks.md, "AsyncEnvPool
-    speed"). One env or one core: every env in this process.
+    layout (1 worker + this process) stepped 1.36-1.76x ``DummyVecEnv`` on HalfCheetah, 1.42-1.57x on Pong and
+    0.65-1.07x on CartPole, against 1.02-1.48x and 0.48-0.84x with 2 workers and an idle main process
+    (docs/benchmarks.md, "AsyncEnvPool speed"). One env or one core: every env in this process.
     """
     n_envs = check_int("n_envs", n_envs, 1)
     if cpus is None:
