@@ -176,6 +176,8 @@ def test_async_q_and_apex_dpg_run_on_the_cluster(cluster, algo, tmp_path):
 def test_multi_agent_pettingzoo_env_trains_on_the_cluster(cluster):
     """A3C's workers and AEDDPG's env hosts on both nodes with a PettingZoo factory: a slot per agent, episodes
     logged; ``n_envs`` counts env copies for AEDDPG as for the pool."""
+    import ray
+
     simple_spread_v3 = pytest.importorskip("mpe2.simple_spread_v3")
 
     def discrete():
@@ -193,6 +195,9 @@ def test_multi_agent_pettingzoo_env_trains_on_the_cluster(cluster):
     assert ae_ddpg.n_envs == 6
     ae_ddpg.learn(400)
     assert ae_ddpg.num_timesteps >= 400 and ae_ddpg.ep_info_buffer
+    assert _our_actors(ray)  # the env hosts stay between learn() calls, as a SubprocVecEnv's processes do
+    ae_ddpg.env.close()
+    assert _our_actors(ray) == []  # closing the env removes them
 
 
 @pytest.mark.ray
