@@ -603,7 +603,8 @@ class EnvPoolBase:
         """
         self.check_open()
         ids = self.possible_agents
-        self._check_sendable(ids)
+        if self._in_flight or not self.autoreset:
+            self._check_sendable(ids)
         self._buffers.actions.write(slice(None), actions)
         self.start_step(ids)
 
@@ -634,6 +635,25 @@ class EnvPoolBase:
             group_ids = by_worker[local]
             infos, errors = self._local.step(group_ids, self._restarts(group_ids))
             self._take(seq, group_ids, infos, errors)
+
+    def collect_every(self) -> dict[int, dict]:
+        """Wait for the step of every env, sent together (:meth:`send_all`), and take the results: the infos that are
+        not empty, by id (the rest of each result is in :attr:`buffers`). A ``VecEnv``'s ``step_wait``: the workers'
+        replies read in turn, without the bookkeeping of :meth:`collect`, which takes over in any other case.
+
+        :raises EnvError: an env raised in its step (``on_error="raise"``)
+        """
+        ready, pending = self._ready, self._pending
+        if not self._dead:
+            for w, queue in enumerate(pending):
+                while queue and w not in self._dead:
+                    self._read_step(w)
+        if len(ready) != self.n_envs or not self.autoreset or self._dead:
+            return dict(self.collect(self.possible_agents, None, self.n_envs, only=True))
+        infos = {i: info for i, (_, info) in ready.items() if info}
+        ready.clear()
+        self._in_flight.clear()
+        return infos
 
     def _take(self, seq: int, ids: list[int], infos: dict[int, dict], errors: dict[int, str]) -> None:
         ready = self._ready
