@@ -63,8 +63,8 @@ class AsyncEnvPool(EnvPoolBase):
         when ``n_workers=0``, else none). The last ``local_envs`` ids are stepped here, after the workers were sent
         theirs, so both run at once and this process works where it would wait; ``send`` then blocks while the local
         envs step. For synchronous stepping (a VecEnv) one process per core, this one included, is the fastest layout
-        measured on 2 cores: ``n_workers=1, local_envs=n_envs // 2`` stepped 1.36-1.76x ``DummyVecEnv`` on HalfCheetah
-        and 1.42-1.57x on Pong, 0.65-1.07x on CartPole (docs/benchmarks.md, "AsyncEnvPool speed"); ``PoolVecEnv``
+        measured on 2 cores: ``n_workers=1, local_envs=n_envs // 2`` stepped 1.33-1.37x ``DummyVecEnv`` on HalfCheetah
+        and 1.43-1.49x on Pong, 0.92-1.12x on CartPole (docs/benchmarks.md, "AsyncEnvPool speed"); ``PoolVecEnv``
         built from factories picks it (:func:`~sb3_async.env_pool.vec_env.synchronous_layout`)
     :param autoreset: ``True`` (default): same-step autoreset, an env that ends is reset in its worker and the step
         returns the new episode's first observation, the last observation and info in ``infos[id]["final_obs"]`` and

@@ -27,8 +27,8 @@ def synchronous_layout(n_envs: int, cpus: int | None = None) -> tuple[int, int]:
     """``(n_workers, local_envs)`` for stepping ``n_envs`` envs synchronously on ``cpus`` cores (default: the cores this
     process may run on): one process per core, this one included, each with an equal share of the envs (the workers
     take the remainder). While the workers step, this process steps its share instead of waiting; on 2 cores this
-    layout (1 worker + this process) stepped 1.36-1.76x ``DummyVecEnv`` on HalfCheetah, 1.42-1.57x on Pong and
-    0.65-1.07x on CartPole, against 1.02-1.48x and 0.48-0.84x with 2 workers and an idle main process
+    layout (1 worker + this process) stepped 1.33-1.37x ``DummyVecEnv`` on HalfCheetah, 1.43-1.49x on Pong and
+    0.92-1.12x on CartPole, against 1.12-1.39x and 0.57-0.98x with 2 workers and an idle main process
     (docs/benchmarks.md, "AsyncEnvPool speed"). One env or one core: every env in this process.
     """
     n_envs = check_int("n_envs", n_envs, 1)
