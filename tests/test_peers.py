@@ -236,12 +236,17 @@ def test_every_registered_peer_has_settings_and_sources() -> None:
 
 @pytest.mark.skipif(not PEERS_PYTHON.is_file(), reason="no .venv-peers (benchmarks/peers/make_peer_venvs.sh builds it)")
 @pytest.mark.parametrize(
-    "name", ["torchrl_ppo", "torchrl_dqn", "torchrl_td3", "tianshou_dqn", "tianshou_td3", "tianshou_ddpg"]
+    "name, env_id",
+    [
+        (name, env_id)
+        for name in ("torchrl_ppo", "torchrl_dqn", "torchrl_td3", "tianshou_dqn", "tianshou_td3", "tianshou_ddpg")
+        for env_id in registry.get_algorithm(name).envs
+    ],
 )
-def test_a_real_peer_runs_end_to_end(name: str, tmp_path: Path) -> None:
-    """A short run of each peer (not a measurement): it builds, trains, is evaluated and its record parses."""
-    (env_id,) = registry.get_algorithm(name).envs
-    suite = suites.get_suite("cartpole" if env_id == "CartPole-v1" else "pendulum")
+def test_a_real_peer_runs_end_to_end(name: str, env_id: str, tmp_path: Path) -> None:
+    """A short run of each peer on each of its envs (not a measurement): it builds, trains, is evaluated and its record
+    parses."""
+    suite = suites.get_suite({"CartPole-v1": "cartpole", "LunarLander-v3": "lunarlander"}.get(env_id, "pendulum"))
     (spec,) = suites.plan_runs(suite, algos=[name], seeds=1, pythons={"peers": str(PEERS_PYTHON)})
     spec = suites.RunSpec.from_dict({**spec.to_dict(), "max_steps": 4000, "eval_interval": 2000, "budget_seconds": 60})
     record = execute(spec, tmp_path, Progress(1, enabled=False, desc="test"), tmp_path / "logs")
