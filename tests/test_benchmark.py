@@ -52,7 +52,7 @@ def test_smoke_suite_through_the_cli(tmp_path: Path) -> None:
     out = tmp_path / "smoke"
     start = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "sb3_async.benchmark", "--suite", "smoke", "--out", str(out)],
+        [sys.executable, "-m", "sb3_async.benchmark", "--suite", "smoke", "--eval-interval", "8000", "--out", str(out)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -66,6 +66,7 @@ def test_smoke_suite_through_the_cli(tmp_path: Path) -> None:
 
     results = json.loads((out / "results.json").read_text())
     assert results["suite"]["name"] == "smoke" and results["machine"]["cpu_count"] >= 1
+    assert results["suite"]["eval_interval"] == 8000  # --eval-interval, where the suite's is 10 000
     runs = results["runs"]
     assert [(run["algo"], run["library"]) for run in runs] == [("a3c", "sb3_async"), ("a2c", "sb3")]
     a3c_config = yaml.safe_load((REPO / "zoo_configs" / "a3c.yml").read_text())["CartPole-v1"]
@@ -75,6 +76,7 @@ def test_smoke_suite_through_the_cli(tmp_path: Path) -> None:
         curve = run["curve"]
         assert curve, "no evaluation point"
         assert [p["steps"] for p in curve] == sorted(p["steps"] for p in curve)
+        assert run["eval_interval"] == 8000 and all(p["steps"] >= 8000 for p in curve)
         assert [p["seconds"] for p in curve] == sorted(p["seconds"] for p in curve)
         assert run["final_eval_mean"] == curve[-1]["mean"] and run["final_eval_std"] == curve[-1]["std"]
         assert 0 < run["train_seconds"] <= run["budget_seconds"] + 15
@@ -108,11 +110,14 @@ def test_smoke_suite_through_the_cli(tmp_path: Path) -> None:
     assert not (out / "logs").exists()
 
 
-def test_cli_rejects_unknown_names_saying_what_is_accepted() -> None:
+def test_cli_rejects_unknown_names_saying_what_is_accepted(capsys: pytest.CaptureFixture[str]) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "sb3_async.benchmark", "--suite", "nope"], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 2 and "Unknown suite 'nope': expected one of smoke, cartpole" in result.stderr
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--suite", "cartpole", "--eval-interval", "0"])
+    assert exit_info.value.code == 2 and "Invalid --eval-interval 0" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"Unknown suite 'nope': expected one of .*optimizers"):
         suites.get_suite("nope")
     with pytest.raises(ValueError, match=r"Unknown algorithm 'nope': expected one of a2c, a3c"):

@@ -13,6 +13,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import sys
 from collections.abc import Sequence
@@ -53,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--envs", help="comma-separated env ids: only these of the suite's envs (default: all)")
     parser.add_argument("--budget-seconds", type=float, help="training-clock budget per run (default: the suite's)")
+    parser.add_argument(
+        "--eval-interval",
+        type=int,
+        help="env steps between two evaluations (default: the suite's; a longer interval for fast runs of many steps)",
+    )
     parser.add_argument(
         "--torch-threads",
         type=int,
@@ -129,6 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--suite NAME is required (or --list, or --report DIR)")
     try:
         suite = get_suite(args.suite)
+        if args.eval_interval is not None:
+            if args.eval_interval < 1:
+                raise ValueError(f"Invalid --eval-interval {args.eval_interval}: expected a positive number of env steps")
+            suite = dataclasses.replace(suite, eval_interval=args.eval_interval, evals_per_run=None)
         algos = None
         if args.algos:
             algos = [name.strip() for name in args.algos.split(",") if name.strip()]
