@@ -156,14 +156,22 @@ def test_a_slow_env_does_not_stall_the_others() -> None:
 
 
 def test_gradient_steps_run_while_the_envs_step() -> None:
-    # Envs that take 20 ms a step, a learner that takes longer than that per collection: the envs' steps finish during
-    # the gradient steps, so receiving them costs far less than the 20 ms per receive a sequential loop would wait.
+    # Envs that take 20 ms a step, a learner that takes longer than that per collection (each of its 20 gradient steps
+    # samples for at least 2 ms, however fast the machine): the envs' steps finish during the gradient steps, so
+    # receiving them costs far less than the 20 ms per receive a sequential loop would wait.
     step_seconds = 0.02
     factories = [tagged(tag=i, sleep=step_seconds, length=1000) for i in range(2)]
     model = AEDDPG(
         "MlpPolicy", AsyncEnvPool(factories, n_workers=2), learning_starts=0, gradient_steps=20, batch_size=32, seed=0,
         train_freq=2, buffer_size=1000, policy_kwargs=SMALL_NET,
     )  # fmt: skip
+    sample = model.replay_buffer.sample
+
+    def slow_sample(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.002)
+        return sample(*args, **kwargs)
+
+    model.replay_buffer.sample = slow_sample  # type: ignore[method-assign]
     model.learn(24)
     stats = model.collection_stats
     assert stats["train_seconds"] > stats["receives"] * step_seconds  # the learner was the slower side
