@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from sb3_async.common.runtime.heap import TRIM_INTERVAL_SECONDS, release_free_heap
+
 
 @dataclass
 class WorkerSpec:
@@ -86,6 +88,7 @@ class WorkerContext:
         self.start_timesteps, self.total_timesteps = start_timesteps, total_timesteps
         self._steps, self._control, self._parked, self._conn = steps, control, parked, conn
         self._own_steps = int(steps[rank])  # a restarted worker goes on counting from its predecessor's steps
+        self._next_trim = time.monotonic() + TRIM_INTERVAL_SECONDS
 
     @property
     def num_timesteps(self) -> int:
@@ -108,8 +111,13 @@ class WorkerContext:
         """True once the main process asked to stop or the step budget is spent.
 
         Workers call it between updates; it is also where a worker parks while the main process has paused the
-        workers (:meth:`Runtime.pause`), so a paused worker holds no half-applied update.
+        workers (:meth:`Runtime.pause`), so a paused worker holds no half-applied update, and where the worker gives
+        its heap's free pages back to the system every few seconds (:mod:`~sb3_async.common.runtime.heap`).
         """
+        now = time.monotonic()
+        if now >= self._next_trim:
+            self._next_trim = now + TRIM_INTERVAL_SECONDS
+            release_free_heap()
         if self._control[1]:
             self._parked[self.rank] = 1
             while self._control[1] and not self._control[0]:
