@@ -96,6 +96,26 @@ class NaNObservationEnv(gym.Wrapper):
         return obs * float("nan") if self.count >= self.nan_at else obs
 
 
+def in_process_context(conn: Any, shared: dict[str, Any] | None = None, total_timesteps: int = 10**9) -> Any:
+    """The ``WorkerContext`` of a single worker of rank 0, as the runtime builds it in a worker process, here in this
+    process (``conn``: the worker's end of a pipe the test keeps the other end of)."""
+    from sb3_async.common.runtime import WorkerContext
+
+    return WorkerContext(
+        rank=0,
+        name="test",
+        n_workers=1,
+        base_seed=0,
+        steps=torch.zeros(1, dtype=torch.int64),
+        control=torch.zeros(2, dtype=torch.int64),
+        parked=torch.zeros(1, dtype=torch.int64),
+        conn=conn,
+        shared={} if shared is None else shared,
+        start_timesteps=0,
+        total_timesteps=total_timesteps,
+    )
+
+
 def check_env_1_error_spares_the_others(pool: AsyncEnvPool) -> None:
     """Envs 0..2 of ``pool``, env 1 raising in its second step: its error names it and the others' results are kept
     (both engines, tests/test_ray_env_pool.py too)."""

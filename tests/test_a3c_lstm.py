@@ -26,7 +26,7 @@ from sb3_async.a3c.a3c import LstmCarry
 from sb3_async.benchmark import registry, suites
 from sb3_async.common.hogwild import HogwildWorker, stack_steps
 from sb3_async.common.policies import A3CCnnLstmPolicy, MnihCNN
-from sb3_async.common.runtime import WorkerContext
+from tests.helpers import in_process_context
 
 SMALL_LSTM = dict(lstm_hidden_size=16, net_arch=[16])
 
@@ -44,20 +44,7 @@ def _in_process_worker(model: A3C) -> tuple[HogwildWorker, Any]:
     spec = model._worker_specs()[0]
     receiver, conn = mp.Pipe(duplex=False)
     _RECEIVERS.append(receiver)
-    ctx = WorkerContext(
-        rank=0,
-        name="test",
-        n_workers=1,
-        base_seed=0,
-        steps=torch.zeros(1, dtype=torch.int64),
-        control=torch.zeros(2, dtype=torch.int64),
-        parked=torch.zeros(1, dtype=torch.int64),
-        conn=conn,
-        shared=spec.shared,
-        start_timesteps=0,
-        total_timesteps=10**9,
-    )
-    return HogwildWorker(ctx, spec.payload), spec.payload
+    return HogwildWorker(in_process_context(conn, spec.shared), spec.payload), spec.payload
 
 
 def _zero_states(like: RNNStates, envs: list[int]) -> RNNStates:

@@ -9,10 +9,10 @@ import sys
 import time
 
 import pytest
-import torch
 
 from sb3_async.common.runtime import base
 from sb3_async.common.runtime.heap import release_free_heap
+from tests.helpers import in_process_context
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
@@ -21,6 +21,7 @@ GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 _FRAGMENT_THEN_TRIM = """
 import os, sys
 from sb3_async.common.runtime.heap import release_free_heap
+from tests.helpers import in_process_context
 
 def rss_mb():
     with open("/proc/self/statm") as f:
@@ -55,19 +56,7 @@ def test_workers_trim_their_heap_once_per_interval(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(base, "TRIM_INTERVAL_SECONDS", 0.2)
     monkeypatch.setattr(base, "release_free_heap", lambda: trims.append(time.monotonic()) or True)
     receiver, conn = mp.Pipe(duplex=False)
-    ctx = base.WorkerContext(
-        rank=0,
-        name="test",
-        n_workers=1,
-        base_seed=0,
-        steps=torch.zeros(1, dtype=torch.int64),
-        control=torch.zeros(2, dtype=torch.int64),
-        parked=torch.zeros(1, dtype=torch.int64),
-        conn=conn,
-        shared={},
-        start_timesteps=0,
-        total_timesteps=10,
-    )
+    ctx = in_process_context(conn, total_timesteps=10)
     assert not ctx.should_stop() and trims == []  # within the first interval
     time.sleep(0.25)
     assert not ctx.should_stop() and len(trims) == 1  # the interval has passed: one trim
