@@ -300,3 +300,18 @@ def test_sample_factory_appo_runs_end_to_end(tmp_path: Path) -> None:
     assert peer["versions"]["sample-factory"] == "2.1.1" and peer["python"] == str(SF_PYTHON)
     assert peer["versions"]["numpy"].startswith("1.") and peer["versions"]["gymnasium"].startswith("0.29")
     assert _sf_processes() == []
+
+
+def test_tianshou_dqn_epsilon_follows_each_example_schedule() -> None:
+    """The adapter's epsilon, hand-computed from each example's train_fn (read without Tianshou: imported lazily)."""
+    from sb3_async.benchmark.peers.tianshou_dqn import HYPERPARAMETERS, epsilon
+
+    lunar, cartpole = HYPERPARAMETERS["LunarLander-v3"], HYPERPARAMETERS["CartPole-v1"]
+    # lunarlander_dqn.py: max(0.73 * (1 - 5e-6) ** t, 0.01)
+    assert epsilon(lunar, 0) == pytest.approx(0.73)
+    assert epsilon(lunar, 100_000) == pytest.approx(0.4428, abs=1e-4)  # 0.73 * (1 - 5e-6)^1e5, about 0.73 * e^-0.5
+    assert epsilon(lunar, 1_000_000) == 0.01  # 0.73 * e^-5 = 0.0049, below eps_test
+    # test_dqn.py: 0.1 until 10k env steps, linear to 0.01 at 50k
+    assert epsilon(cartpole, 10_000) == pytest.approx(0.1)
+    assert epsilon(cartpole, 30_000) == pytest.approx(0.055)
+    assert epsilon(cartpole, 60_000) == pytest.approx(0.01)
