@@ -94,6 +94,41 @@ def test_peer_run_evaluates_off_the_clock_and_stops_by_the_rules(fixed_policy: A
         over_budget.step(10, slow_policy)
 
 
+def test_peer_run_evaluates_on_the_adapters_env(fixed_policy: Any) -> None:
+    """An adapter whose policy sees its own preprocessing (Atari frames) evaluates on its own env, set before the first
+    evaluation only."""
+    import gymnasium
+
+    built: list[Any] = []
+
+    def make_env() -> Any:
+        env = gymnasium.wrappers.TimeLimit(gymnasium.make("CartPole-v1").unwrapped, max_episode_steps=50)
+        built.append(env)
+        return env
+
+    run = PeerRun(_spec(eval_interval=1000, n_eval_episodes=2), {"n_timesteps": 3000})
+    run.use_eval_env(make_env)
+    run.start()
+    run.step(1000, cartpole_controller)
+    assert len(built) == 1 and run.curve[0]["mean"] == 50.0  # the adapter's env: episodes cut at 50 steps
+    with pytest.raises(RuntimeError, match="after the first evaluation"):
+        run.use_eval_env(make_env)
+
+
+def test_sample_factory_command_line_leaves_out_the_examples_defaults() -> None:
+    """Settings equal to the example parser's defaults stay off the command line (Sample Factory's parser rejects some
+    of them, ``lr_schedule=linear_decay``); lists are space-separated; the adapter's own settings never go."""
+    from sb3_async.benchmark.peers.sf_appo import sf_argv
+
+    settings = dict(lr_schedule="linear_decay", encoder_mlp_layers=[64, 64], num_workers=2, n_timesteps=10)
+    argv = sf_argv("Pendulum-v1", settings, 3, "/tmp/td", defaults=dict(lr_schedule="linear_decay", num_workers=8))
+    assert argv == [
+        "--env=Pendulum-v1", "--experiment=sf_appo", "--train_dir=/tmp/td", "--seed=3",
+        "--encoder_mlp_layers", "64", "64", "--num_workers=2",
+    ]  # fmt: skip
+    assert "--lr_schedule=linear_decay" in sf_argv("Pendulum-v1", settings, 3, "/tmp/td")
+
+
 # --- a peer end to end, in a fresh process -----------------------------------------------------------------------
 
 
@@ -284,18 +319,23 @@ def _sf_processes() -> list[int]:
 
 
 @pytest.mark.skipif(not SF_PYTHON.is_file(), reason="no .venv-sf (benchmarks/peers/make_sf_venv.sh builds it)")
-def test_sample_factory_appo_runs_end_to_end(tmp_path: Path) -> None:
-    """A short run of Sample Factory's APPO (not a measurement): it trains in its processes, is evaluated frozen, its
-    record parses, and none of its processes outlives it."""
-    (spec,) = suites.plan_runs(suites.get_suite("cartpole"), algos=["sf_appo"], seeds=1, pythons={"sf": str(SF_PYTHON)})
-    spec = suites.RunSpec.from_dict({**spec.to_dict(), "max_steps": 3000, "eval_interval": 1500, "budget_seconds": 150})
+@pytest.mark.parametrize("env_id", registry.get_algorithm("sf_appo").envs)
+def test_sample_factory_appo_runs_end_to_end(env_id: str, tmp_path: Path) -> None:
+    """A short run of Sample Factory's APPO on each of its envs (not a measurement): it trains in its processes, is
+    evaluated frozen, its record parses, and none of its processes outlives it."""
+    suite = suites.get_suite({"CartPole-v1": "cartpole", "Pendulum-v1": "pendulum"}.get(env_id, "atari"))
+    (spec,) = suites.plan_runs(suite, algos=["sf_appo"], seeds=1, pythons={"sf": str(SF_PYTHON)})
+    changes = dict(max_steps=6000, eval_interval=1500, budget_seconds=150, n_eval_episodes=1)
+    spec = suites.RunSpec.from_dict({**spec.to_dict(), **changes})
     record = execute(spec, tmp_path, Progress(1, enabled=False, desc="test"), tmp_path / "logs")
     assert record["error"] is None, record["error"]
-    steps = [point["steps"] for point in record["curve"]]  # the learner counts env steps by batches of 512
-    assert 1500 <= steps[0] < 3000 <= record["env_steps"] == steps[-1] and all(step % 512 == 0 for step in steps)
+    batch = record["hyperparameters"]["batch_size"]
+    steps = [point["steps"] for point in record["curve"]]  # the learner counts env steps by batches
+    assert 1500 <= steps[0] < 6000 <= record["env_steps"] == steps[-1]
+    assert all(step % batch == 0 for step in steps) and np.isfinite([p["mean"] for p in record["curve"]]).all()
     assert record["stop_reason"] == "max_steps" and 0 < record["curve"][0]["seconds"] < record["train_seconds"]
-    assert record["eval_seconds"] > 0 and record["hyperparameters"]["num_workers"] == 2
-    assert record["hyperparameters_source"].startswith("sf_appo.py:CartPole-v1 (Sample Factory 2.1.1")
+    assert record["eval_seconds"] > 0 and record["hyperparameters"]["device"] == "cpu"
+    assert record["hyperparameters_source"].startswith(f"sf_appo.py:{env_id} (Sample Factory 2.1.1")
     peer = record["peer"]
     assert peer["versions"]["sample-factory"] == "2.1.1" and peer["python"] == str(SF_PYTHON)
     assert peer["versions"]["numpy"].startswith("1.") and peer["versions"]["gymnasium"].startswith("0.29")

@@ -18,17 +18,19 @@ cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-python3}"
 TORCH_PIP_ARGS="${TORCH_PIP_ARGS-"--index-url https://download.pytorch.org/whl/cpu"}"  # unset: the default; empty: none
 VENV=.venv-sf
+ALE_PY=0.12.1
 
 "$PYTHON" -m venv "$VENV"
 # shellcheck disable=SC2086  # TORCH_PIP_ARGS is a list of arguments
 "$VENV/bin/pip" install $TORCH_PIP_ARGS torch==2.13.0
-"$VENV/bin/pip" install sample-factory==2.1.1 psutil
+# ale-py: Pong (its wheels ship the ROMs)
+"$VENV/bin/pip" install sample-factory==2.1.1 psutil "ale-py==$ALE_PY"
 "$VENV/bin/pip" install --no-deps -e .
 "$VENV/bin/python" - <<'PY'
 from importlib.metadata import version
 
 import sb3_async.benchmark.peers.protocol  # noqa: F401  (the adapter's protocol imports here, without SB3)
 
-names = ("sample-factory", "torch", "gymnasium", "numpy", "faster-fifo", "signal-slot-mp", "psutil")
+names = ("sample-factory", "torch", "gymnasium", "numpy", "faster-fifo", "signal-slot-mp", "psutil", "ale-py")
 print(".venv-sf:", ", ".join(f"{name} {version(name)}" for name in names))
 PY

@@ -107,6 +107,13 @@ class PeerRun:
         self.last_step: tuple[float, int] | None = None
         self.train_seconds: float | None = None  # the clock when training ended (finish())
 
+    def use_eval_env(self, make_env: Callable[[], Any]) -> None:
+        """Evaluate on the envs ``make_env`` builds (the peer's own pipeline: Atari preprocessing, say) instead of
+        ``gymnasium.make(env_id)``; before the first evaluation."""
+        if self.eval_env is not None:
+            raise RuntimeError("use_eval_env() after the first evaluation: the evaluation env is built already")
+        self._make_env = make_env
+
     def _gymnasium_env(self) -> Any:
         import gymnasium
 

@@ -1,16 +1,31 @@
-"""Sample Factory 2.1.1 APPO on CartPole-v1 (its asynchronous PPO: rollout workers, inference workers and a learner,
-each in its own process): the peer of A3C. It runs in its own environment, ``.venv-sf``
-(``benchmarks/peers/make_sf_venv.sh``): Sample Factory 2.1.1 pins gymnasium<1.0 and numpy<2.
+"""Sample Factory 2.1.1 APPO on CartPole-v1, Pendulum-v1 and PongNoFrameskip-v4 (its asynchronous PPO: rollout
+workers, inference workers and a learner, each in its own process): the peer of A3C. It runs in its own environment,
+``.venv-sf`` (``benchmarks/peers/make_sf_venv.sh``): Sample Factory 2.1.1 pins gymnasium<1.0 and numpy<2.
 
-Built and trained as Sample Factory's gym example does (``sf_examples/train_gym_env.py``: its CartPole-v1 command
-line, every other setting Sample Factory's default, ``sample_factory/cfg/cfg.py``), through Sample Factory's own
-``make_runner`` / ``runner.init()`` / ``runner.run()`` (what ``sample_factory.train.run_rl`` does). What differs from
-the example, and why:
+Built and trained as Sample Factory's examples do, through its own ``make_runner`` / ``runner.init()`` /
+``runner.run()`` (what ``sample_factory.train.run_rl`` does), with each example's settings:
 
-- ``num_workers=2`` rollout workers (the default is the machine's core count, 2 on the benchmark's machine; set so
-  that the layout is the same elsewhere), as ours use 2 workers; ``device=cpu`` (the default is ``gpu``);
-- no step budget of its own (the example trains for Sample Factory's default 10^10 env steps): this benchmark's
-  ``n_timesteps`` cap, as for the other peers.
+- CartPole-v1: the gym example (``sf_examples/train_gym_env.py``: the env through ``gymnasium.make``), its CartPole-v1
+  command line, every other setting Sample Factory's default (``sample_factory/cfg/cfg.py``);
+- Pendulum-v1 (continuous actions: a Gaussian head): the settings Sample Factory ships for continuous control, its
+  MuJoCo example's (``sf_examples/mujoco/mujoco_params.py``: synchronous PPO, 2 epochs of 4 minibatches of 1024,
+  rollout 64, lr 2.95e-3 decayed linearly over 10^7 env steps, 64x64 tanh), the env through ``gymnasium.make``;
+- PongNoFrameskip-v4: the Atari example (``sf_examples/atari``: ``atari_params.py``, synchronous PPO, 8 rollout workers
+  of 1 env, rollout 128, 4 epochs of 4 minibatches of 256, lr 2.5e-4 decayed linearly, the Nature CNN; its pipeline
+  ``atari_utils.py``, as SB3's: 30 no-op starts, frame skip 4 with max-pooling, episodic life, fire reset, reward
+  clipping, 84x84 grey frames, 4 stacked), evaluated on that pipeline (episodic life and reward clipping change
+  nothing on Pong: no lives, rewards of ±1).
+
+What differs from the examples, and why:
+
+- ``num_workers=2`` rollout workers on CartPole-v1 and Pendulum-v1 (the gym example's default is the machine's core
+  count, 2 on the benchmark's machine, the MuJoCo example's 8), as ours use 2 workers; on Pong the example's 8;
+- ``device=cpu`` (the default is ``gpu``);
+- on Pong, ``summaries_use_frameskip=False``: the example counts env steps in frames (4 per agent step); this
+  benchmark counts agent steps, for everyone (Sample Factory's own advice for comparisons with other frameworks, in
+  ``atari_params.py``; it changes nothing else: the learning-rate horizon counts samples either way);
+- no step budget of its own (the examples train for 10^7 or 10^10 env steps): this benchmark's ``n_timesteps`` cap,
+  as for the other peers.
 
 How it runs under the protocol (:mod:`sb3_async.benchmark.peers.protocol`), Sample Factory training asynchronously
 in several processes:
@@ -32,9 +47,10 @@ in several processes:
   releases the lock. Training is then suspended: no process of Sample Factory runs until the evaluation is over
   and the handler sends them ``SIGCONT``. The learner
   may have begun the next batch's update when the message is handled: the copy's weights are those of the counted
-  env steps plus at most one batch (512 env steps) of updates;
-- **the deterministic policy**: the argmax of the action logits (``argmax_actions``, what Sample Factory's
-  ``enjoy --eval_deterministic`` does), on the observation normalised by the model's own normaliser;
+  env steps plus at most one batch (``batch_size`` env steps) of updates;
+- **the deterministic policy**: the argmax of the action logits, or the Gaussian's mean (``argmax_actions``, what
+  Sample Factory's ``enjoy --eval_deterministic`` does; neither it nor training clips continuous actions, the env
+  does), on the observation normalised by the model's own normaliser;
 - **the stop**: on :class:`StopRun` the handler takes a last copy of the weights (when the evaluation did not just
   take one) for the final evaluations, then asks the runner to stop (``_stop_training``, what the runner does at its
   own step limit), lets Sample Factory join its processes, and raises the :class:`StopRun` again once
@@ -101,20 +117,149 @@ HYPERPARAMETERS = {
         n_timesteps=1_000_000,  # this benchmark's cap: the example trains for the default 10^10 env steps
     ),
 }
+HYPERPARAMETERS["Pendulum-v1"] = dict(
+    # sf_examples/mujoco/mujoco_params.py (mujoco_override_defaults), Sample Factory's continuous-control settings
+    algo="APPO",
+    batched_sampling=False,
+    num_envs_per_worker=8,
+    worker_num_splits=2,
+    train_for_env_steps=10_000_000,  # the horizon of its linearly decayed learning rate
+    encoder_mlp_layers=[64, 64],
+    env_frameskip=1,
+    nonlinearity="tanh",
+    batch_size=1024,
+    kl_loss_coeff=0.1,
+    use_rnn=False,
+    adaptive_stddev=False,
+    policy_initialization="torch_default",
+    reward_scale=1.0,
+    rollout=64,
+    max_grad_norm=3.5,
+    num_epochs=2,
+    num_batches_per_epoch=4,
+    ppo_clip_ratio=0.2,
+    value_loss_coeff=1.3,
+    exploration_loss_coeff=0.0,
+    learning_rate=0.00295,
+    lr_schedule="linear_decay",
+    shuffle_minibatches=False,
+    gamma=0.99,
+    gae_lambda=0.95,
+    with_vtrace=False,
+    recurrence=1,
+    normalize_input=True,
+    normalize_returns=True,
+    value_bootstrap=True,
+    experiment_summaries_interval=3,
+    save_every_sec=15,
+    serial_mode=False,
+    async_rl=False,
+    # this benchmark's layout: 2 rollout workers, as ours use 2 workers (the example's: 8), on the CPU
+    num_workers=2,
+    device="cpu",
+    n_timesteps=1_000_000,  # this benchmark's cap
+)
+HYPERPARAMETERS["PongNoFrameskip-v4"] = dict(
+    # sf_examples/atari/atari_params.py (atari_override_defaults), Sample Factory's Atari settings
+    algo="APPO",
+    summaries_use_frameskip=False,  # the example's True counts frames: env steps here are agent steps (see above)
+    use_record_episode_statistics=True,
+    encoder_conv_architecture="convnet_atari",
+    obs_scale=255.0,
+    gamma=0.99,
+    env_frameskip=4,
+    env_framestack=4,
+    exploration_loss_coeff=0.01,
+    num_workers=8,
+    num_envs_per_worker=1,
+    worker_num_splits=1,
+    train_for_env_steps=10_000_000,  # the horizon of its linearly decayed learning rate
+    nonlinearity="relu",
+    kl_loss_coeff=0.0,
+    use_rnn=False,
+    adaptive_stddev=False,
+    reward_scale=1.0,
+    with_vtrace=False,
+    recurrence=1,
+    batch_size=256,
+    rollout=128,
+    max_grad_norm=0.5,
+    num_epochs=4,
+    num_batches_per_epoch=4,
+    ppo_clip_ratio=0.1,
+    value_loss_coeff=0.5,
+    exploration_loss="entropy",
+    learning_rate=0.00025,
+    lr_schedule="linear_decay",
+    shuffle_minibatches=False,
+    gae_lambda=0.95,
+    batched_sampling=False,
+    normalize_input=True,
+    normalize_returns=True,
+    serial_mode=False,
+    async_rl=False,
+    experiment_summaries_interval=3,
+    adam_eps=1e-5,
+    device="cpu",  # the default is the GPU
+    n_timesteps=10_000_000,  # this benchmark's cap: the atari suite's 10M agent steps
+)
 SOURCES = {
     "CartPole-v1": "Sample Factory 2.1.1 sf_examples/train_gym_env.py (its CartPole-v1 command line) and the defaults "
     "of sample_factory/cfg/cfg.py, with 2 rollout workers on the CPU (the module docstring lists the differences)",
+    "PongNoFrameskip-v4": "Sample Factory 2.1.1 sf_examples/atari (atari_params.py: its Atari settings, 8 rollout "
+    "workers of 1 env; atari_utils.py: its Atari pipeline, also the evaluation's), on the CPU, env steps counted as "
+    "agent steps (the module docstring lists the differences)",
+    "Pendulum-v1": "Sample Factory 2.1.1 sf_examples/mujoco/mujoco_params.py (its continuous-control settings), the "
+    "env through gymnasium.make as in sf_examples/train_gym_env.py, with 2 rollout workers on the CPU (the module "
+    "docstring lists the differences)",
 }
 
 #: The settings that are this adapter's, not Sample Factory's command-line options.
 _NOT_SF = ("n_timesteps",)
+#: Envs whose settings are those of Sample Factory's MuJoCo or Atari example: its parser's defaults are that example's
+#: (``mujoco_override_defaults``, ``atari_override_defaults``: they set values the command line does not accept, such as
+#: ``lr_schedule="linear_decay"``).
+_MUJOCO_EXAMPLE = ("Pendulum-v1",)
+_ATARI_EXAMPLE = ("PongNoFrameskip-v4",)
 
 
-def sf_argv(env_id: str, settings: dict[str, Any], seed: int, train_dir: str) -> list[str]:
-    """Sample Factory's command line for ``settings`` (lists as space-separated values, as its parser takes them)."""
+def make_sf_atari_env(full_env_name: str, cfg: Any = None, env_config: Any = None, render_mode: str | None = None) -> Any:
+    """Sample Factory's Atari pipeline (``sf_examples/atari/atari_utils.py``) for the gymnasium id ``full_env_name``
+    (its example names the envs ``atari_pong`` & co). ale-py registers its ids itself with gymnasium 1.x only: here,
+    in each of Sample Factory's processes, once."""
+    import gymnasium
+    from sf_examples.atari.atari_utils import ATARI_ENVS, make_atari_env
+
+    if full_env_name not in gymnasium.registry:
+        from ale_py.registration import register_v0_v4_envs
+
+        register_v0_v4_envs()
+    (name,) = [spec.name for spec in ATARI_ENVS if spec.env_id == full_env_name]
+    return make_atari_env(name, cfg, env_config, render_mode=render_mode)
+
+
+def make_env_func(env_id: str) -> Any:
+    """The env factory Sample Factory's example for ``env_id`` registers: its Atari pipeline for an Atari id,
+    ``gymnasium.make`` otherwise (``train_gym_env.py``). Both are importable by name: Sample Factory pickles its env
+    registry into the processes it spawns."""
+    if env_id in _ATARI_EXAMPLE:
+        from sb3_async.benchmark.peers import sf_appo  # this module by its name, not as __main__
+
+        return sf_appo.make_sf_atari_env
+    from sf_examples.train_gym_env import make_gym_env_func
+
+    return make_gym_env_func
+
+
+def sf_argv(
+    env_id: str, settings: dict[str, Any], seed: int, train_dir: str, defaults: dict[str, Any] | None = None
+) -> list[str]:
+    """Sample Factory's command line for ``settings`` (lists as space-separated values, as its parser takes them),
+    leaving out those equal to the parser's ``defaults``."""
     argv = [f"--env={env_id}", "--experiment=sf_appo", f"--train_dir={train_dir}", f"--seed={seed}"]
+    defaults = defaults or {}
     for name, value in settings.items():
-        if name in _NOT_SF:
+        if name in _NOT_SF or (name in defaults and defaults[name] == value):
             continue
         if isinstance(value, list):
             argv += [f"--{name}", *map(str, value)]
@@ -211,17 +356,30 @@ def train(run: PeerRun) -> None:
     import torch
     from sample_factory.algo.runners.runner import AlgoObserver, Runner
     from sample_factory.algo.utils.misc import LEARNER_ENV_STEPS, ExperimentStatus
+    from sample_factory.cfg.arguments import parse_full_cfg, parse_sf_args
+    from sample_factory.envs.env_utils import register_env
     from sample_factory.model.actor_critic import create_actor_critic
     from sample_factory.train import make_runner
-    from sf_examples.train_gym_env import parse_custom_args, register_custom_components
+    from sf_examples.atari.atari_params import atari_override_defaults
+    from sf_examples.mujoco.mujoco_params import mujoco_override_defaults
     from signal_slot.signal_slot import EventLoopObject
 
     settings = run.hyperparameters
-    register_custom_components()  # the example's: CartPole-v1 through gymnasium.make
-    cfg = parse_custom_args(sf_argv(run.env_id, settings, run.seed, os.path.join(os.getcwd(), "train_dir")))
+    make_env = make_env_func(run.env_id)
+    register_env(run.env_id, make_env)
+    train_dir = os.path.join(os.getcwd(), "train_dir")
+    parser, partial = parse_sf_args(sf_argv(run.env_id, {}, run.seed, train_dir))
+    if run.env_id in _MUJOCO_EXAMPLE:
+        mujoco_override_defaults(partial.env, parser)
+    if run.env_id in _ATARI_EXAMPLE:
+        atari_override_defaults(partial.env, parser)
+    defaults = {name: parser.get_default(name) for name in settings if name not in _NOT_SF}
+    cfg = parse_full_cfg(parser, sf_argv(run.env_id, settings, run.seed, train_dir, defaults))
     for name, value in settings.items():  # the parser took every setting as given
         if name not in _NOT_SF and getattr(cfg, name) != value:
             raise ValueError(f"Sample Factory parsed {name}={getattr(cfg, name)!r}, expected {value!r}")
+    if run.env_id in _ATARI_EXAMPLE:  # the policy sees the example's preprocessed frames: evaluated on them too
+        run.use_eval_env(lambda: make_env(run.env_id, cfg, None))
     cfg, runner = make_runner(cfg)
     stopped: list[StopRun] = []
     failed: list[Exception] = []

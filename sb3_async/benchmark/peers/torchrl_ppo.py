@@ -1,5 +1,5 @@
-"""TorchRL 0.14 PPO on CartPole-v1 with its multi-process collector (``MultiSyncCollector``, one env process per
-worker): the peer of A3C.
+"""TorchRL 0.14 PPO on CartPole-v1 and Pendulum-v1 with its multi-process collector (``MultiSyncCollector``, one env
+process per worker): the peer of A3C.
 
 Built and trained as TorchRL's state-based PPO example does (sota-implementations/ppo: ``ppo_mujoco.py``, its
 ``utils_mujoco.py`` and ``config_mujoco.yaml``): 64x64 tanh MLPs with orthogonal initialisation, ``ClipPPOLoss``, GAE
@@ -8,10 +8,11 @@ learning rate annealed linearly to 0 over the run. What differs from the example
 
 - the collector: ``MultiSyncCollector`` over ``num_workers`` processes instead of the example's single-process
   ``Collector`` (the fastest synchronous, hence on-policy, collector TorchRL documents for one machine);
-- the action head: a ``Categorical`` over CartPole's two actions, as TorchRL's discrete (Atari) PPO example has it,
-  where the MuJoCo example has a ``TanhNormal``;
+- the action head on CartPole-v1: a ``Categorical`` over its two actions, as TorchRL's discrete (Atari) PPO example
+  has it; on Pendulum-v1 the MuJoCo example's own head (a ``TanhNormal`` over the action bounds, its location from
+  the MLP, a state-independent scale);
 - no observation normalisation (``VecNorm``): each collector process would keep statistics of its own, and
-  CartPole's observations are of order 1 (the example's ``normalize_observation`` setting, off).
+  CartPole's and Pendulum's observations are of order 1 to 8 (the example's ``normalize_observation`` setting, off).
 """
 
 from __future__ import annotations
@@ -26,33 +27,35 @@ from sb3_async.benchmark.peers.protocol import PeerRun, main
 
 LIBRARY = "torchrl"
 PACKAGES = ("tensordict",)
-HYPERPARAMETERS = {
-    "CartPole-v1": dict(
-        # sota-implementations/ppo/config_mujoco.yaml
-        frames_per_batch=2048,
-        n_timesteps=1_000_000,  # total_frames
-        lr=3e-4,
-        anneal_lr=True,
-        gamma=0.99,
-        mini_batch_size=64,
-        ppo_epochs=10,
-        gae_lambda=0.95,
-        clip_epsilon=0.2,
-        critic_coef=0.25,
-        entropy_coef=0.0,
-        loss_critic_type="l2",
-        # utils_mujoco.py and ppo_mujoco.py
-        hidden_sizes=[64, 64],
-        adam_eps=1e-5,
-        normalize_advantage=True,
-        # this benchmark's layout: one collector process per core of the 2-core machine, as ours use 2 workers
-        num_workers=2,
-        normalize_observation=False,
-    ),
-}
+#: sota-implementations/ppo/config_mujoco.yaml, utils_mujoco.py and ppo_mujoco.py: the example's settings.
+_EXAMPLE = dict(
+    # config_mujoco.yaml
+    frames_per_batch=2048,
+    n_timesteps=1_000_000,  # total_frames
+    lr=3e-4,
+    anneal_lr=True,
+    gamma=0.99,
+    mini_batch_size=64,
+    ppo_epochs=10,
+    gae_lambda=0.95,
+    clip_epsilon=0.2,
+    critic_coef=0.25,
+    entropy_coef=0.0,
+    loss_critic_type="l2",
+    # utils_mujoco.py and ppo_mujoco.py
+    hidden_sizes=[64, 64],
+    adam_eps=1e-5,
+    normalize_advantage=True,
+    # this benchmark's layout: one collector process per core of the 2-core machine, as ours use 2 workers
+    num_workers=2,
+    normalize_observation=False,
+)
+HYPERPARAMETERS = {"CartPole-v1": dict(_EXAMPLE), "Pendulum-v1": dict(_EXAMPLE)}
 SOURCES = {
     "CartPole-v1": "TorchRL 0.14 sota-implementations/ppo (config_mujoco.yaml, utils_mujoco.py, ppo_mujoco.py) with "
     "a MultiSyncCollector and a Categorical head (the module docstring lists the differences)",
+    "Pendulum-v1": "TorchRL 0.14 sota-implementations/ppo (config_mujoco.yaml, utils_mujoco.py, ppo_mujoco.py: its "
+    "TanhNormal head) with a MultiSyncCollector (the module docstring lists the differences)",
 }
 
 
@@ -68,26 +71,39 @@ def make_env(env_id: str) -> Any:
 
 
 def make_models(env: Any, hidden_sizes: list[int]) -> tuple[Any, Any]:
-    """The example's actor (here with a Categorical head) and critic."""
+    """The example's actor and critic: a ``Categorical`` head for a discrete action space, the example's
+    ``TanhNormal`` (state-independent scale) for a continuous one."""
     import torch
-    from tensordict.nn import TensorDictModule
+    from tensordict.nn import AddStateIndependentNormalScale, TensorDictModule
+    from torchrl.data import Categorical
     from torchrl.envs.utils import ExplorationType
-    from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
+    from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
 
     n_obs = env.observation_spec["observation"].shape[-1]
-    n_actions = env.action_spec_unbatched.space.n
-    policy_mlp = MLP(in_features=n_obs, activation_class=torch.nn.Tanh, out_features=n_actions, num_cells=hidden_sizes)
+    action_spec = env.action_spec_unbatched
+    discrete = isinstance(action_spec, Categorical)
+    n_out = action_spec.space.n if discrete else action_spec.shape[-1]
+    policy_mlp = MLP(in_features=n_obs, activation_class=torch.nn.Tanh, out_features=n_out, num_cells=hidden_sizes)
     value_mlp = MLP(in_features=n_obs, activation_class=torch.nn.Tanh, out_features=1, num_cells=hidden_sizes)
     for mlp, gain in ((policy_mlp, 1.0), (value_mlp, 0.01)):
         for layer in mlp.modules():
             if isinstance(layer, torch.nn.Linear):
                 torch.nn.init.orthogonal_(layer.weight, gain)
                 layer.bias.data.zero_()
+    if discrete:
+        head = TensorDictModule(policy_mlp, in_keys=["observation"], out_keys=["logits"])
+        in_keys, distribution, distribution_kwargs = ["logits"], torch.distributions.Categorical, None
+    else:
+        location_and_scale = torch.nn.Sequential(policy_mlp, AddStateIndependentNormalScale(n_out, scale_lb=1e-8))
+        head = TensorDictModule(location_and_scale, in_keys=["observation"], out_keys=["loc", "scale"])
+        in_keys, distribution = ["loc", "scale"], TanhNormal
+        distribution_kwargs = dict(low=action_spec.space.low, high=action_spec.space.high, tanh_loc=False)
     actor = ProbabilisticActor(
-        TensorDictModule(policy_mlp, in_keys=["observation"], out_keys=["logits"]),
-        in_keys=["logits"],
+        head,
+        in_keys=in_keys,
         spec=env.full_action_spec_unbatched,
-        distribution_class=torch.distributions.Categorical,
+        distribution_class=distribution,
+        distribution_kwargs=distribution_kwargs,
         return_log_prob=True,
         default_interaction_type=ExplorationType.RANDOM,
     )
