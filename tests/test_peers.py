@@ -6,7 +6,9 @@ without them."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import importlib
 import json
 import subprocess
 import sys
@@ -28,6 +30,14 @@ from sb3_async.benchmark.stats import group_stats, ratio_rows
 REPO = Path(__file__).resolve().parent.parent
 PEERS_PYTHON = REPO / ".venv-peers" / "bin" / "python"
 SF_PYTHON = REPO / ".venv-sf" / "bin" / "python"
+#: A suite of each env a peer is registered for (the real peers' short runs take its protocol).
+SUITE_OF = {
+    "CartPole-v1": "cartpole",
+    "LunarLander-v3": "lunarlander",
+    "Pendulum-v1": "pendulum",
+    "HalfCheetah-v5": "mujoco",
+    "PongNoFrameskip-v4": "atari",
+}
 
 
 @pytest.fixture
@@ -240,6 +250,53 @@ def test_peers_run_under_their_own_python_and_pair_with_ours(fixed_policy: Any, 
     assert (row.ours.algo, row.peer.algo, row.seconds_ratio) == ("a3c", "fixed_policy", 0.25)
 
 
+def test_run_past_threshold_trains_to_the_step_limit(fixed_policy: Any, tmp_path: Path) -> None:
+    """``--run-past-threshold``: the fixed controller reaches 475 at the first evaluation and trains on to its 20k
+    steps, evaluated again there (the score at a fixed budget)."""
+    argv = ["--suite", "cartpole", "--algos", "fixed_policy", "--seeds", "1", "--budget-seconds", "30"]
+    out = tmp_path / "past"
+    argv += ["--run-past-threshold", "--peer-python", f"peers={sys.executable}", "--no-plots", "--no-progress"]
+    assert main([*argv, "--out", str(out)]) == 0
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    assert [point["steps"] for point in run["curve"]] == [10_000, 20_000] and run["steps_to_threshold"] == 10_000
+    assert run["stop_reason"] == "max_steps" and not run["stop_at_threshold"]
+
+
+def test_a_terminated_benchmark_leaves_no_run_behind(tmp_path: Path) -> None:
+    """``SIGTERM`` to the benchmark (a run in progress, in a process group of its own): the run's process ends too."""
+    import psutil
+
+    code = (
+        "import sys\n"
+        "from sb3_async.benchmark import registry, suites\n"
+        "from sb3_async.benchmark.__main__ import main\n"
+        "registry.register_algorithm('fixed_policy', 'external', envs=('Pendulum-v1',),"
+        " adapter='sb3_async.benchmark.peers.fixed_policy')\n"
+        "suites.register_suite(suites.Suite('endless', 'a run that does not end by itself', 'race', ('Pendulum-v1',),"
+        " seeds=1, eval_interval=10**9, max_steps=10**9, budget_seconds=120, include_peers=False,"
+        " algos=('fixed_policy',)))\n"
+        f"sys.exit(main(['--suite', 'endless', '--peer-python', 'peers={sys.executable}', '--no-plots',"
+        f" '--no-progress', '--out', {str(tmp_path)!r}]))\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
+    try:
+        benchmark, runs, deadline = psutil.Process(process.pid), [], time.monotonic() + 60
+        while not runs and time.monotonic() < deadline and process.poll() is None:
+            for child in benchmark.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if "fixed_policy" in " ".join(child.cmdline()):
+                        runs.append(child)
+            time.sleep(0.05)
+        assert runs, "the run never started"
+        process.terminate()
+        assert process.wait(timeout=30) != 0
+        _, alive = psutil.wait_procs(runs, timeout=10)
+        assert alive == []
+    finally:
+        process.kill()
+        process.wait()
+
+
 def test_the_benchmark_imports_no_adapter_nor_peer_library() -> None:
     code = (
         "import sys\n"
@@ -281,12 +338,18 @@ def test_every_registered_peer_has_settings_and_sources() -> None:
 def test_a_real_peer_runs_end_to_end(name: str, env_id: str, tmp_path: Path) -> None:
     """A short run of each peer on each of its envs (not a measurement): it builds, trains, is evaluated and its record
     parses."""
-    suite = suites.get_suite({"CartPole-v1": "cartpole", "LunarLander-v3": "lunarlander"}.get(env_id, "pendulum"))
-    (spec,) = suites.plan_runs(suite, algos=[name], seeds=1, pythons={"peers": str(PEERS_PYTHON)})
-    spec = suites.RunSpec.from_dict({**spec.to_dict(), "max_steps": 4000, "eval_interval": 2000, "budget_seconds": 60})
+    suite = suites.get_suite(SUITE_OF[env_id])
+    (spec,) = suites.plan_runs(suite, algos=[name], envs=[env_id], seeds=1, pythons={"peers": str(PEERS_PYTHON)})
+    # Tianshou's MuJoCo examples take 25k random env steps in one collection before training: the run starts after
+    settings = importlib.import_module(registry.get_algorithm(name).adapter or "").HYPERPARAMETERS[env_id]
+    warm = int(settings.get("start_timesteps", 0))
+    span = 1000 if warm else 4000  # after the warm-up: one gradient step per env step, ~20 ms each on HalfCheetah
+    changes = dict(max_steps=warm + span, eval_interval=warm + span // 2, budget_seconds=120)
+    spec = suites.RunSpec.from_dict({**spec.to_dict(), **changes})
     record = execute(spec, tmp_path, Progress(1, enabled=False, desc="test"), tmp_path / "logs")
     assert record["error"] is None, record["error"]
-    assert 2000 <= record["curve"][0]["steps"] < 4000 <= record["env_steps"] == record["curve"][-1]["steps"]
+    steps = [point["steps"] for point in record["curve"]]
+    assert warm + span // 2 <= steps[0] < warm + span <= record["env_steps"] == steps[-1]
     assert record["stop_reason"] == "max_steps" and record["train_seconds"] > 0
     assert record["peer"]["versions"][name.split("_")[0]] is not None and record["peer"]["python"] == str(PEERS_PYTHON)
 
@@ -323,9 +386,9 @@ def _sf_processes() -> list[int]:
 def test_sample_factory_appo_runs_end_to_end(env_id: str, tmp_path: Path) -> None:
     """A short run of Sample Factory's APPO on each of its envs (not a measurement): it trains in its processes, is
     evaluated frozen, its record parses, and none of its processes outlives it."""
-    suite = suites.get_suite({"CartPole-v1": "cartpole", "Pendulum-v1": "pendulum"}.get(env_id, "atari"))
-    (spec,) = suites.plan_runs(suite, algos=["sf_appo"], seeds=1, pythons={"sf": str(SF_PYTHON)})
-    changes = dict(max_steps=6000, eval_interval=1500, budget_seconds=150, n_eval_episodes=1)
+    suite = suites.get_suite(SUITE_OF[env_id])
+    (spec,) = suites.plan_runs(suite, algos=["sf_appo"], envs=[env_id], seeds=1, pythons={"sf": str(SF_PYTHON)})
+    changes = dict(max_steps=6000, eval_interval=1500, budget_seconds=150, n_eval_episodes=1, stop_at_threshold=False)
     spec = suites.RunSpec.from_dict({**spec.to_dict(), **changes})
     record = execute(spec, tmp_path, Progress(1, enabled=False, desc="test"), tmp_path / "logs")
     assert record["error"] is None, record["error"]

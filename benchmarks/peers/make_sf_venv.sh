@@ -23,14 +23,14 @@ ALE_PY=0.12.1
 "$PYTHON" -m venv "$VENV"
 # shellcheck disable=SC2086  # TORCH_PIP_ARGS is a list of arguments
 "$VENV/bin/pip" install $TORCH_PIP_ARGS torch==2.13.0
-# ale-py: Pong (its wheels ship the ROMs)
-"$VENV/bin/pip" install sample-factory==2.1.1 psutil "ale-py==$ALE_PY"
+# ale-py: Pong (its wheels ship the ROMs); gymnasium's mujoco extra: HalfCheetah
+"$VENV/bin/pip" install sample-factory==2.1.1 psutil "ale-py==$ALE_PY" "gymnasium[mujoco]==0.29.1"
 "$VENV/bin/pip" install --no-deps -e .
 "$VENV/bin/python" - <<'PY'
 from importlib.metadata import version
 
 import sb3_async.benchmark.peers.protocol  # noqa: F401  (the adapter's protocol imports here, without SB3)
 
-names = ("sample-factory", "torch", "gymnasium", "numpy", "faster-fifo", "signal-slot-mp", "psutil", "ale-py")
+names = ("sample-factory", "torch", "gymnasium", "numpy", "faster-fifo", "signal-slot-mp", "psutil", "ale-py", "mujoco")
 print(".venv-sf:", ", ".join(f"{name} {version(name)}" for name in names))
 PY

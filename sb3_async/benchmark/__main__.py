@@ -13,10 +13,13 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from sb3_async.benchmark.registry import get_algorithm
@@ -58,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--eval-interval",
         type=int,
         help="env steps between two evaluations (default: the suite's; a longer interval for fast runs of many steps)",
+    )
+    parser.add_argument(
+        "--run-past-threshold",
+        action="store_true",
+        help="go on training after the threshold, to the budget or the step limit (the score at a fixed budget)",
     )
     parser.add_argument(
         "--torch-threads",
@@ -103,6 +111,25 @@ def parse_peer_pythons(values: Sequence[str]) -> dict[str, str]:
     return pythons
 
 
+@contextlib.contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """Within the block, ``SIGTERM`` raises ``SystemExit`` (Python's default would end this process at once, leaving
+    the run in progress, a process group of its own, running): the runner then kills the run's processes, as it does
+    on Ctrl-C. Only in the main thread (where Python runs signal handlers); the previous handler is restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -139,6 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.eval_interval < 1:
                 raise ValueError(f"Invalid --eval-interval {args.eval_interval}: expected a positive number of env steps")
             suite = dataclasses.replace(suite, eval_interval=args.eval_interval, evals_per_run=None)
+        if args.run_past_threshold:
+            suite = dataclasses.replace(suite, stop_at_threshold=False, evaluate_after_threshold=True)
         algos = None
         if args.algos:
             algos = [name.strip() for name in args.algos.split(",") if name.strip()]
@@ -162,20 +191,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("the plots need matplotlib: pip install 'sb3-async[benchmark]' (or pass --no-plots)")
     out = args.out if args.out is not None else Path("benchmarks") / "results" / suite.name
     command = ["python", "-m", "sb3_async.benchmark", *(sys.argv[1:] if argv is None else argv)]
-    results = run_suite(
-        suite,
-        out,
-        algos=algos,
-        seeds=args.seeds,
-        budget_seconds=args.budget_seconds,
-        device=args.device,
-        torch_threads=args.torch_threads,
-        progress=not args.no_progress,
-        command=command,
-        first_seed=args.first_seed,
-        envs=envs,
-        pythons=pythons,
-    )
+    with sigterm_as_exit():  # a terminated benchmark ends its run's processes, as Ctrl-C does
+        results = run_suite(
+            suite,
+            out,
+            algos=algos,
+            seeds=args.seeds,
+            budget_seconds=args.budget_seconds,
+            device=args.device,
+            torch_threads=args.torch_threads,
+            progress=not args.no_progress,
+            command=command,
+            first_seed=args.first_seed,
+            envs=envs,
+            pythons=pythons,
+        )
     written = write_report(results, out, plots=not args.no_plots)
     failed = [run["run_id"] for run in results["runs"] if run.get("error")]
     print(

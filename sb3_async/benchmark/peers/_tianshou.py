@@ -63,6 +63,7 @@ def train_off_policy(
     settings: Mapping[str, Any],
     warmup_steps: int = 0,
     before_collect: Callable[[int], None] | None = None,
+    random_warmup: bool = False,
 ) -> None:
     """Train with Tianshou's ``OffPolicyTrainer`` until the protocol ends the run.
 
@@ -72,6 +73,8 @@ def train_off_policy(
         ``train_collector.collect``), on the clock
     :param before_collect: called with the env steps so far before each collection step (the example's
         ``train_fn``, e.g. its epsilon schedule)
+    :param random_warmup: the warm-up takes uniformly random actions (``collect(random=True)``, the MuJoCo examples'
+        ``start_timesteps``)
     """
     from tianshou.data import CollectStats
     from tianshou.data.collector import Collector
@@ -86,7 +89,7 @@ def train_off_policy(
     if warmup_steps:
         with policy_within_training_step(policy):
             collector.reset()
-            warm = collector.collect(n_step=warmup_steps).n_collected_steps
+            warm = collector.collect(n_step=warmup_steps, random=random_warmup).n_collected_steps
 
     def training_fn(epoch: int, env_step: int) -> None:
         if before_collect is not None:
@@ -111,6 +114,29 @@ def train_off_policy(
     run.step(warm + collector.collect_step, act)
 
 
+#: Tianshou's MuJoCo settings for TD3 (examples/mujoco/mujoco_td3.py, its defaults; exploration and target-policy
+#: noises there are multiplied by the action bound, 1 on HalfCheetah).
+MUJOCO_TD3 = dict(
+    buffer_size=1_000_000,
+    hidden_sizes=[256, 256],
+    actor_lr=3e-4,
+    critic_lr=3e-4,
+    gamma=0.99,
+    tau=0.005,
+    exploration_noise=0.1,
+    policy_noise=0.2,
+    noise_clip=0.5,
+    update_actor_freq=2,
+    start_timesteps=25_000,
+    epoch_num_steps=5000,
+    collection_step_num_env_steps=1,
+    update_step_num_gradient_steps_per_sample=1.0,
+    n_step=1,
+    batch_size=256,
+    num_train_envs=1,
+    n_timesteps=1_000_000,  # 200 epochs of 5000 env steps
+)
+
 #: Tianshou's Pendulum-v1 settings for DDPG and TD3 (test/continuous/test_ddpg.py, test_td3.py: the same values for
 #: what they share; TD3's own three come from test_td3.py only).
 PENDULUM_ACTOR_CRITIC = dict(
@@ -132,8 +158,10 @@ PENDULUM_ACTOR_CRITIC = dict(
 
 
 def deterministic_actor_critic(run: PeerRun, algorithm_class: Any, **algorithm_kwargs: Any) -> None:
-    """Build DDPG or TD3 as Tianshou's Pendulum tests do (``Net`` MLPs, a ``ContinuousActorDeterministic`` scaled to the
-    action bound, ``ContinuousCritic`` s on (s, a), Gaussian exploration noise, ``VectorReplayBuffer``) and train it."""
+    """Build DDPG or TD3 as Tianshou's Pendulum tests and MuJoCo examples do (``Net`` MLPs, a
+    ``ContinuousActorDeterministic`` scaled to the action bound, ``ContinuousCritic`` s on (s, a), Gaussian exploration
+    noise, ``VectorReplayBuffer``) and train it, after ``start_timesteps`` random env steps where the settings have
+    them (the MuJoCo examples)."""
     import gymnasium as gym
     from tianshou.algorithm.modelfree.ddpg import ContinuousDeterministicPolicy
     from tianshou.algorithm.optim import AdamOptimizerFactory
@@ -176,7 +204,8 @@ def deterministic_actor_critic(run: PeerRun, algorithm_class: Any, **algorithm_k
     )
     buffer = VectorReplayBuffer(settings["buffer_size"], len(train_envs))
     try:
-        train_off_policy(run, algorithm, train_envs, buffer, settings)
+        warmup = int(settings.get("start_timesteps", 0))
+        train_off_policy(run, algorithm, train_envs, buffer, settings, warmup_steps=warmup, random_warmup=True)
     finally:
         train_envs.close()
         env.close()

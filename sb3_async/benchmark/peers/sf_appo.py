@@ -1,5 +1,5 @@
-"""Sample Factory 2.1.1 APPO on CartPole-v1, Pendulum-v1 and PongNoFrameskip-v4 (its asynchronous PPO: rollout
-workers, inference workers and a learner, each in its own process): the peer of A3C. It runs in its own environment,
+"""Sample Factory 2.1.1 APPO on CartPole-v1, Pendulum-v1, HalfCheetah-v5 and PongNoFrameskip-v4 (its asynchronous PPO:
+rollout workers, inference workers and a learner, each in its own process): the peer of A3C. It runs in its own environment,
 ``.venv-sf`` (``benchmarks/peers/make_sf_venv.sh``): Sample Factory 2.1.1 pins gymnasium<1.0 and numpy<2.
 
 Built and trained as Sample Factory's examples do, through its own ``make_runner`` / ``runner.init()`` /
@@ -10,6 +10,8 @@ Built and trained as Sample Factory's examples do, through its own ``make_runner
 - Pendulum-v1 (continuous actions: a Gaussian head): the settings Sample Factory ships for continuous control, its
   MuJoCo example's (``sf_examples/mujoco/mujoco_params.py``: synchronous PPO, 2 epochs of 4 minibatches of 1024,
   rollout 64, lr 2.95e-3 decayed linearly over 10^7 env steps, 64x64 tanh), the env through ``gymnasium.make``;
+- HalfCheetah-v5: the same, the MuJoCo example's own task, as its ``mujoco_halfcheetah`` (HalfCheetah-v4: gymnasium
+  0.29 has no v5; v5 keeps v4's dynamics and reward), trained and evaluated on v4;
 - PongNoFrameskip-v4: the Atari example (``sf_examples/atari``: ``atari_params.py``, synchronous PPO, 8 rollout workers
   of 1 env, rollout 128, 4 epochs of 4 minibatches of 256, lr 2.5e-4 decayed linearly, the Nature CNN; its pipeline
   ``atari_utils.py``, as SB3's: 30 no-op starts, frame skip 4 with max-pooling, episodic life, fire reset, reward
@@ -18,8 +20,9 @@ Built and trained as Sample Factory's examples do, through its own ``make_runner
 
 What differs from the examples, and why:
 
-- ``num_workers=2`` rollout workers on CartPole-v1 and Pendulum-v1 (the gym example's default is the machine's core
-  count, 2 on the benchmark's machine, the MuJoCo example's 8), as ours use 2 workers; on Pong the example's 8;
+- ``num_workers=2`` rollout workers on CartPole-v1, Pendulum-v1 and HalfCheetah-v5 (the gym example's default is the
+  machine's core count, 2 on the benchmark's machine, the MuJoCo example's 8), as ours use 2 workers; on Pong the
+  example's 8;
 - ``device=cpu`` (the default is ``gpu``);
 - on Pong, ``summaries_use_frameskip=False``: the example counts env steps in frames (4 per agent step); this
   benchmark counts agent steps, for everyone (Sample Factory's own advice for comparisons with other frameworks, in
@@ -203,12 +206,17 @@ HYPERPARAMETERS["PongNoFrameskip-v4"] = dict(
     device="cpu",  # the default is the GPU
     n_timesteps=10_000_000,  # this benchmark's cap: the atari suite's 10M agent steps
 )
+# The same settings on HalfCheetah, the MuJoCo example's own task (as mujoco_halfcheetah: HalfCheetah-v4, see above)
+HYPERPARAMETERS["HalfCheetah-v5"] = dict(HYPERPARAMETERS["Pendulum-v1"], n_timesteps=10_000_000)
 SOURCES = {
     "CartPole-v1": "Sample Factory 2.1.1 sf_examples/train_gym_env.py (its CartPole-v1 command line) and the defaults "
     "of sample_factory/cfg/cfg.py, with 2 rollout workers on the CPU (the module docstring lists the differences)",
     "PongNoFrameskip-v4": "Sample Factory 2.1.1 sf_examples/atari (atari_params.py: its Atari settings, 8 rollout "
     "workers of 1 env; atari_utils.py: its Atari pipeline, also the evaluation's), on the CPU, env steps counted as "
     "agent steps (the module docstring lists the differences)",
+    "HalfCheetah-v5": "Sample Factory 2.1.1 sf_examples/mujoco (mujoco_params.py: its continuous-control settings; "
+    "mujoco_utils.py: mujoco_halfcheetah, HalfCheetah-v4 in its gymnasium 0.29, also the evaluation's), with 2 "
+    "rollout workers on the CPU (the module docstring lists the differences)",
     "Pendulum-v1": "Sample Factory 2.1.1 sf_examples/mujoco/mujoco_params.py (its continuous-control settings), the "
     "env through gymnasium.make as in sf_examples/train_gym_env.py, with 2 rollout workers on the CPU (the module "
     "docstring lists the differences)",
@@ -219,8 +227,11 @@ _NOT_SF = ("n_timesteps",)
 #: Envs whose settings are those of Sample Factory's MuJoCo or Atari example: its parser's defaults are that example's
 #: (``mujoco_override_defaults``, ``atari_override_defaults``: they set values the command line does not accept, such as
 #: ``lr_schedule="linear_decay"``).
-_MUJOCO_EXAMPLE = ("Pendulum-v1",)
+_MUJOCO_EXAMPLE = ("Pendulum-v1", "HalfCheetah-v5")
 _ATARI_EXAMPLE = ("PongNoFrameskip-v4",)
+#: The MuJoCo example's envs: gymnasium 0.29 (Sample Factory's) has the v4 envs, whose dynamics and rewards the v5 ones
+#: (gymnasium 1.x) keep.
+_MUJOCO_V4 = {"HalfCheetah-v5": "HalfCheetah-v4"}
 
 
 def make_sf_atari_env(full_env_name: str, cfg: Any = None, env_config: Any = None, render_mode: str | None = None) -> Any:
@@ -238,14 +249,24 @@ def make_sf_atari_env(full_env_name: str, cfg: Any = None, env_config: Any = Non
     return make_atari_env(name, cfg, env_config, render_mode=render_mode)
 
 
+def make_sf_mujoco_env(full_env_name: str, cfg: Any = None, env_config: Any = None, render_mode: str | None = None) -> Any:
+    """Sample Factory's MuJoCo env (``sf_examples/mujoco/mujoco_utils.py``) for the gymnasium id ``full_env_name`` (v5:
+    its v4 twin, the one gymnasium 0.29 has)."""
+    from sf_examples.mujoco.mujoco_utils import MUJOCO_ENVS, make_mujoco_env
+
+    env_id = _MUJOCO_V4.get(full_env_name, full_env_name)
+    (name,) = [spec.name for spec in MUJOCO_ENVS if spec.env_id == env_id]  # "mujoco_halfcheetah" for HalfCheetah-v4
+    return make_mujoco_env(name, cfg, env_config, render_mode=render_mode)
+
+
 def make_env_func(env_id: str) -> Any:
     """The env factory Sample Factory's example for ``env_id`` registers: its Atari pipeline for an Atari id,
     ``gymnasium.make`` otherwise (``train_gym_env.py``). Both are importable by name: Sample Factory pickles its env
     registry into the processes it spawns."""
-    if env_id in _ATARI_EXAMPLE:
+    if env_id in _ATARI_EXAMPLE or env_id in _MUJOCO_V4:
         from sb3_async.benchmark.peers import sf_appo  # this module by its name, not as __main__
 
-        return sf_appo.make_sf_atari_env
+        return sf_appo.make_sf_atari_env if env_id in _ATARI_EXAMPLE else sf_appo.make_sf_mujoco_env
     from sf_examples.train_gym_env import make_gym_env_func
 
     return make_gym_env_func
@@ -378,7 +399,7 @@ def train(run: PeerRun) -> None:
     for name, value in settings.items():  # the parser took every setting as given
         if name not in _NOT_SF and getattr(cfg, name) != value:
             raise ValueError(f"Sample Factory parsed {name}={getattr(cfg, name)!r}, expected {value!r}")
-    if run.env_id in _ATARI_EXAMPLE:  # the policy sees the example's preprocessed frames: evaluated on them too
+    if run.env_id in _ATARI_EXAMPLE or run.env_id in _MUJOCO_V4:  # evaluated on the example's env (frames, v4)
         run.use_eval_env(lambda: make_env(run.env_id, cfg, None))
     cfg, runner = make_runner(cfg)
     stopped: list[StopRun] = []
