@@ -489,7 +489,7 @@ def test_learns_pendulum_to_minus_200() -> None:
 
 
 # ---------------------------------------------------------------- RL Zoo
-@pytest.mark.parametrize("env_id", ["Pendulum-v1", "LunarLanderContinuous-v3", "HalfCheetah-v5", "Hopper-v5"])
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "LunarLanderContinuous-v3", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"])
 def test_zoo_entry_builds_its_model(env_id: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 

@@ -491,7 +491,8 @@ def test_a_failing_run_is_recorded_with_its_error(tmp_path: Path) -> None:
 def test_envs_have_the_protocol_thresholds() -> None:
     thresholds = {env_id: entry.threshold for env_id, entry in registry.ENVS.items()}
     assert thresholds == {"CartPole-v1": 475, "LunarLander-v3": 200, "Pendulum-v1": -200, "HalfCheetah-v5": 3000,
-                          "Hopper-v5": 3000, "PongNoFrameskip-v4": 18, "CartPoleNoVel-v1": 475}  # fmt: skip
+                          "Hopper-v5": 3000, "Walker2d-v5": 3000, "PongNoFrameskip-v4": 18,
+                          "CartPoleNoVel-v1": 475}  # fmt: skip
     for entry in registry.ALGORITHMS.values():
         assert set(entry.envs) <= set(registry.ENVS)
         assert entry.config_path().is_file(), entry

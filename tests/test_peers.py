@@ -36,6 +36,8 @@ SUITE_OF = {
     "LunarLander-v3": "lunarlander",
     "Pendulum-v1": "pendulum",
     "HalfCheetah-v5": "mujoco",
+    "Hopper-v5": "mujoco",
+    "Walker2d-v5": "mujoco",
     "PongNoFrameskip-v4": "atari",
 }
 
@@ -418,3 +420,16 @@ def test_tianshou_dqn_epsilon_follows_each_example_schedule() -> None:
     assert epsilon(cartpole, 10_000) == pytest.approx(0.1)
     assert epsilon(cartpole, 30_000) == pytest.approx(0.055)
     assert epsilon(cartpole, 60_000) == pytest.approx(0.01)
+
+
+def test_tianshou_td3_noises_follow_each_examples_action_bound() -> None:
+    """The MuJoCo example multiplies its three noises by the action bound (``max_action``); the Pendulum test does not."""
+    from sb3_async.benchmark.peers._tianshou import scaled_noises
+    from sb3_async.benchmark.peers.tianshou_td3 import HYPERPARAMETERS
+
+    hopper, pendulum = HYPERPARAMETERS["Hopper-v5"], HYPERPARAMETERS["Pendulum-v1"]
+    scaled = scaled_noises(hopper, hopper, max_action=0.4)
+    assert (scaled["exploration_noise"], scaled["policy_noise"], scaled["noise_clip"]) == pytest.approx((0.04, 0.08, 0.2))
+    assert scaled["actor_lr"] == hopper["actor_lr"] and scaled_noises(hopper, hopper, 1.0) == hopper
+    kwargs = scaled_noises(dict(policy_noise=0.2, noise_clip=0.5, update_actor_freq=2), pendulum, max_action=2.0)
+    assert kwargs == dict(policy_noise=0.2, noise_clip=0.5, update_actor_freq=2)  # test_td3.py: the values as given

@@ -214,6 +214,8 @@ register_env("HalfCheetah-v5", 3000, requires="pip install 'sb3-async[mujoco]'")
 # Hopper-v5: a hopper that keeps hopping forward to the 1000-step limit scores ~3000 (gymnasium's reward_threshold is
 # 3800; HalfCheetah's 3000 is likewise below its 4800).
 register_env("Hopper-v5", 3000, requires="pip install 'sb3-async[mujoco]'")
+# Walker2d-v5: the same 3000 (a walker that keeps walking to the 1000-step limit; gymnasium sets no reward_threshold).
+register_env("Walker2d-v5", 3000, requires="pip install 'sb3-async[mujoco]'")
 register_env("PongNoFrameskip-v4", 18, requires="pip install 'sb3-async[atari]'")
 # CartPole-v1 with its velocities masked (rl_zoo3's MaskVelocityWrapper; the zoo registers the id): a task that needs
 # memory; CartPole's threshold.
@@ -223,7 +225,7 @@ register_env("CartPoleNoVel-v1", 475)
 
 PONG = "PongNoFrameskip-v4"
 # The zoo ships MuJoCo entries for the v4 envs only; the v5 envs have the same dynamics and spaces.
-_MUJOCO_ALIASES = {"HalfCheetah-v5": "HalfCheetah-v4", "Hopper-v5": "Hopper-v4"}
+_MUJOCO_ALIASES = {"HalfCheetah-v5": "HalfCheetah-v4", "Hopper-v5": "Hopper-v4", "Walker2d-v5": "Walker2d-v4"}
 
 register_algorithm(
     "a3c",
@@ -249,7 +251,8 @@ for _name in ("async_one_step_q", "async_sarsa", "async_n_step_q"):
 register_algorithm("apex_dqn", "sb3_async", peers=_DQN_PEERS, envs=("CartPole-v1", "LunarLander-v3", PONG))
 _CONTINUOUS_PEERS = ("td3", "ddpg", "tianshou_td3", "tianshou_ddpg", "torchrl_td3")
 register_algorithm("apex_dpg", "sb3_async", peers=_CONTINUOUS_PEERS, envs=("Pendulum-v1",))
-_OFF_POLICY_CONTINUOUS = ("Pendulum-v1", "HalfCheetah-v5", "Hopper-v5")
+_MUJOCO = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")
+_OFF_POLICY_CONTINUOUS = ("Pendulum-v1", *_MUJOCO)
 register_algorithm("ae_ddpg", "sb3_async", peers=_CONTINUOUS_PEERS, envs=_OFF_POLICY_CONTINUOUS)
 register_algorithm("dqn", "sb3", envs=("CartPole-v1", "LunarLander-v3", PONG))
 register_algorithm("ddpg", "sb3", envs=_OFF_POLICY_CONTINUOUS, config_aliases=_MUJOCO_ALIASES)
@@ -258,10 +261,12 @@ register_algorithm("td3", "sb3", envs=_OFF_POLICY_CONTINUOUS, config_aliases=_MU
 # --- External peers: an adapter each (sb3_async/benchmark/peers/), run under .venv-peers/bin/python by default -------
 
 _PEERS = "sb3_async.benchmark.peers."
-register_algorithm("torchrl_ppo", "external", envs=("CartPole-v1", "Pendulum-v1"), adapter=_PEERS + "torchrl_ppo")
+register_algorithm(
+    "torchrl_ppo", "external", envs=("CartPole-v1", "Pendulum-v1", "HalfCheetah-v5"), adapter=_PEERS + "torchrl_ppo"
+)
 register_algorithm("torchrl_dqn", "external", envs=("CartPole-v1",), adapter=_PEERS + "torchrl_dqn")
 register_algorithm("tianshou_dqn", "external", envs=("CartPole-v1", "LunarLander-v3"), adapter=_PEERS + "tianshou_dqn")
-register_algorithm("tianshou_td3", "external", envs=("Pendulum-v1", "HalfCheetah-v5"), adapter=_PEERS + "tianshou_td3")
+register_algorithm("tianshou_td3", "external", envs=("Pendulum-v1", *_MUJOCO), adapter=_PEERS + "tianshou_td3")
 register_algorithm("tianshou_ddpg", "external", envs=("Pendulum-v1",), adapter=_PEERS + "tianshou_ddpg")
 register_algorithm("torchrl_td3", "external", envs=("Pendulum-v1", "HalfCheetah-v5"), adapter=_PEERS + "torchrl_td3")
 # Sample Factory 2.1.1 pins gymnasium<1.0 and numpy<2: its own environment, .venv-sf (benchmarks/peers/make_sf_venv.sh)

@@ -399,9 +399,10 @@ register_suite(
 register_suite(
     Suite(
         "mujoco",
-        "HalfCheetah-v5 and Hopper-v5, time to a 3000 evaluation mean, ours against their SB3 peers (needs mujoco; hours)",
+        "HalfCheetah-v5, Hopper-v5 and Walker2d-v5, time to a 3000 evaluation mean, ours against their peers (needs "
+        "mujoco; hours)",
         "race",
-        ("HalfCheetah-v5", "Hopper-v5"),
+        ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"),
         eval_interval=50_000,
     )
 )

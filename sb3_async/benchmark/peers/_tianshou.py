@@ -114,8 +114,8 @@ def train_off_policy(
     run.step(warm + collector.collect_step, act)
 
 
-#: Tianshou's MuJoCo settings for TD3 (examples/mujoco/mujoco_td3.py, its defaults; exploration and target-policy
-#: noises there are multiplied by the action bound, 1 on HalfCheetah).
+#: Tianshou's MuJoCo settings for TD3 (examples/mujoco/mujoco_td3.py, its defaults; the example multiplies the
+#: exploration noise, the target-policy noise and its clip by the action bound: ``noise_times_action_bound``).
 MUJOCO_TD3 = dict(
     buffer_size=1_000_000,
     hidden_sizes=[256, 256],
@@ -135,6 +135,7 @@ MUJOCO_TD3 = dict(
     batch_size=256,
     num_train_envs=1,
     n_timesteps=1_000_000,  # 200 epochs of 5000 env steps
+    noise_times_action_bound=True,
 )
 
 #: Tianshou's Pendulum-v1 settings for DDPG and TD3 (test/continuous/test_ddpg.py, test_td3.py: the same values for
@@ -157,6 +158,14 @@ PENDULUM_ACTOR_CRITIC = dict(
 )
 
 
+def scaled_noises(values: Mapping[str, Any], settings: Mapping[str, Any], max_action: float) -> dict[str, Any]:
+    """``values`` with its noises (``exploration_noise``, ``policy_noise``, ``noise_clip``) multiplied by the action
+    bound where ``settings`` says the example does so (``noise_times_action_bound``: Tianshou's MuJoCo examples)."""
+    scale = max_action if settings.get("noise_times_action_bound") else 1.0
+    noises = ("exploration_noise", "policy_noise", "noise_clip")
+    return {key: value * scale if key in noises else value for key, value in values.items()}
+
+
 def deterministic_actor_critic(run: PeerRun, algorithm_class: Any, **algorithm_kwargs: Any) -> None:
     """Build DDPG or TD3 as Tianshou's Pendulum tests and MuJoCo examples do (``Net`` MLPs, a
     ``ContinuousActorDeterministic`` scaled to the action bound, ``ContinuousCritic`` s on (s, a), Gaussian exploration
@@ -176,20 +185,19 @@ def deterministic_actor_critic(run: PeerRun, algorithm_class: Any, **algorithm_k
     train_envs = dummy_vector_env(run.env_id, settings["num_train_envs"], run.seed)
     state_shape, action_shape = env.observation_space.shape, env.action_space.shape
     hidden = settings["hidden_sizes"]
+    max_action = float(env.action_space.high[0])  # type: ignore[attr-defined]
     actor = ContinuousActorDeterministic(
-        preprocess_net=Net(state_shape=state_shape, hidden_sizes=hidden),
-        action_shape=action_shape,
-        max_action=float(env.action_space.high[0]),  # type: ignore[attr-defined]
+        preprocess_net=Net(state_shape=state_shape, hidden_sizes=hidden), action_shape=action_shape, max_action=max_action
     )
+    algorithm_kwargs = scaled_noises(algorithm_kwargs, settings, max_action)
 
     def critic() -> Any:
         return ContinuousCritic(
             preprocess_net=Net(state_shape=state_shape, action_shape=action_shape, hidden_sizes=hidden, concat=True)
         )
 
-    policy = ContinuousDeterministicPolicy(
-        actor=actor, exploration_noise=GaussianNoise(sigma=settings["exploration_noise"]), action_space=env.action_space
-    )
+    exploration = GaussianNoise(sigma=scaled_noises(settings, settings, max_action)["exploration_noise"])
+    policy = ContinuousDeterministicPolicy(actor=actor, exploration_noise=exploration, action_space=env.action_space)
     critics: dict[str, Any] = dict(critic=critic(), critic_optim=AdamOptimizerFactory(lr=settings["critic_lr"]))
     if "policy_noise" in settings:  # TD3: twin critics
         critics.update(critic2=critic(), critic2_optim=AdamOptimizerFactory(lr=settings["critic_lr"]))

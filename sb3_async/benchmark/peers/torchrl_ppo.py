@@ -1,18 +1,20 @@
-"""TorchRL 0.14 PPO on CartPole-v1 and Pendulum-v1 with its multi-process collector (``MultiSyncCollector``, one env
-process per worker): the peer of A3C.
+"""TorchRL 0.14 PPO on CartPole-v1, Pendulum-v1 and HalfCheetah-v5: the peer of A3C.
 
 Built and trained as TorchRL's state-based PPO example does (sota-implementations/ppo: ``ppo_mujoco.py``, its
 ``utils_mujoco.py`` and ``config_mujoco.yaml``): 64x64 tanh MLPs with orthogonal initialisation, ``ClipPPOLoss``, GAE
 recomputed at every epoch, a ``SamplerWithoutReplacement`` replay buffer of one batch, Adam (eps 1e-5) with the
 learning rate annealed linearly to 0 over the run. What differs from the example, and why:
 
-- the collector: ``MultiSyncCollector`` over ``num_workers`` processes instead of the example's single-process
-  ``Collector`` (the fastest synchronous, hence on-policy, collector TorchRL documents for one machine);
+- on CartPole-v1 and Pendulum-v1, the collector: ``MultiSyncCollector`` over ``num_workers`` processes instead of the
+  example's single-process ``Collector`` (the fastest synchronous, hence on-policy, collector TorchRL documents for one
+  machine), and no observation normalisation (``VecNorm``: each collector process would keep statistics of its own,
+  and CartPole's and Pendulum's observations are of order 1 to 8; the example's ``normalize_observation``, off);
+- on HalfCheetah-v5, the example as it is: its single-process ``Collector`` and its ``VecNorm`` (decay 0.99999, eps
+  1e-2) then ``ClipTransform`` (±10) on the observation; the evaluated policy normalises with the training statistics
+  frozen at the evaluation;
 - the action head on CartPole-v1: a ``Categorical`` over its two actions, as TorchRL's discrete (Atari) PPO example
-  has it; on Pendulum-v1 the MuJoCo example's own head (a ``TanhNormal`` over the action bounds, its location from
-  the MLP, a state-independent scale);
-- no observation normalisation (``VecNorm``): each collector process would keep statistics of its own, and
-  CartPole's and Pendulum's observations are of order 1 to 8 (the example's ``normalize_observation`` setting, off).
+  has it; elsewhere the MuJoCo example's own head (a ``TanhNormal`` over the action bounds, its location from the MLP,
+  a state-independent scale).
 """
 
 from __future__ import annotations
@@ -50,24 +52,49 @@ _EXAMPLE = dict(
     num_workers=2,
     normalize_observation=False,
 )
-HYPERPARAMETERS = {"CartPole-v1": dict(_EXAMPLE), "Pendulum-v1": dict(_EXAMPLE)}
+HYPERPARAMETERS = {
+    "CartPole-v1": dict(_EXAMPLE),
+    "Pendulum-v1": dict(_EXAMPLE),
+    # the example's own layout and observation normalisation (its env_name: HalfCheetah-v4, the same task)
+    "HalfCheetah-v5": dict(_EXAMPLE, num_workers=1, normalize_observation=True),
+}
 SOURCES = {
     "CartPole-v1": "TorchRL 0.14 sota-implementations/ppo (config_mujoco.yaml, utils_mujoco.py, ppo_mujoco.py) with "
     "a MultiSyncCollector and a Categorical head (the module docstring lists the differences)",
     "Pendulum-v1": "TorchRL 0.14 sota-implementations/ppo (config_mujoco.yaml, utils_mujoco.py, ppo_mujoco.py: its "
     "TanhNormal head) with a MultiSyncCollector (the module docstring lists the differences)",
+    "HalfCheetah-v5": "TorchRL 0.14 sota-implementations/ppo (config_mujoco.yaml, utils_mujoco.py, ppo_mujoco.py), "
+    "its single-process Collector and VecNorm",
 }
 
+#: utils_mujoco.py's observation normalisation: ``VecNorm`` then ``ClipTransform``.
+VECNORM = dict(decay=0.99999, eps=1e-2)
+CLIP = 10.0
 
-def make_env(env_id: str) -> Any:
-    """The example's env pipeline without observation normalisation: ``GymEnv`` + ``RewardSum`` + ``StepCounter``."""
-    from torchrl.envs import RewardSum, StepCounter, TransformedEnv
+
+def make_env(env_id: str, normalize_observation: bool = False) -> Any:
+    """The example's env pipeline: ``GymEnv``, ``VecNorm`` + ``ClipTransform`` where ``normalize_observation``,
+    ``RewardSum``, ``StepCounter``, ``DoubleToFloat`` for float64 observations (MuJoCo's)."""
+    import torch
+    from torchrl.envs import ClipTransform, DoubleToFloat, RewardSum, StepCounter, TransformedEnv, VecNorm
     from torchrl.envs.libs.gym import GymEnv
 
     env = TransformedEnv(GymEnv(env_id, device="cpu", categorical_action_encoding=True))
+    if normalize_observation:
+        env.append_transform(VecNorm(in_keys=["observation"], new_api=False, **VECNORM))
+        env.append_transform(ClipTransform(in_keys=["observation"], low=-CLIP, high=CLIP))
     env.append_transform(RewardSum())
     env.append_transform(StepCounter())
+    if env.observation_spec["observation"].dtype is torch.float64:
+        env.append_transform(DoubleToFloat(in_keys=["observation"]))
     return env
+
+
+def normalized(obs: np.ndarray, vecnorm: Any) -> np.ndarray:
+    """``obs`` as the training env's ``VecNorm`` and ``ClipTransform`` pass it to the policy, with the statistics as
+    they are now (``VecNorm``'s ``loc`` and ``scale``, read without updating them)."""
+    loc, scale = vecnorm.loc["observation"].numpy(), vecnorm.scale["observation"].numpy()
+    return np.clip((obs - loc) / np.maximum(scale, vecnorm.eps), -CLIP, CLIP)
 
 
 def make_models(env: Any, hidden_sizes: list[int]) -> tuple[Any, Any]:
@@ -114,7 +141,7 @@ def make_models(env: Any, hidden_sizes: list[int]) -> tuple[Any, Any]:
 def train(run: PeerRun) -> None:
     import torch
     from tensordict import TensorDict
-    from torchrl.collectors import MultiSyncCollector
+    from torchrl.collectors import Collector, MultiSyncCollector
     from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
     from torchrl.data.replay_buffers.samplers import SamplerWithoutReplacement
     from torchrl.envs.utils import ExplorationType, set_exploration_type
@@ -123,11 +150,17 @@ def train(run: PeerRun) -> None:
 
     settings = run.hyperparameters
     torch.manual_seed(run.seed)
-    proof = make_env(run.env_id)
+    make = functools.partial(make_env, run.env_id, bool(settings["normalize_observation"]))
+    proof = make()
     actor, critic = make_models(proof, settings["hidden_sizes"])
     proof.close()
+    n_workers = int(settings["num_workers"])
+    train_env = make() if n_workers == 1 else None  # the example's: its VecNorm holds the statistics
+    vecnorm = train_env.transform[0] if train_env is not None and settings["normalize_observation"] else None
 
     def act(obs: np.ndarray) -> np.ndarray:
+        if vecnorm is not None:
+            obs = normalized(obs, vecnorm)
         observation = torch.as_tensor(obs, dtype=torch.float32)
         with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
             action = actor(TensorDict({"observation": observation}, batch_size=[len(obs)]))["action"]
@@ -156,16 +189,17 @@ def train(run: PeerRun) -> None:
         torch.optim.Adam(actor.parameters(), lr=lr, eps=settings["adam_eps"]),
         torch.optim.Adam(critic.parameters(), lr=lr, eps=settings["adam_eps"]),
     )
-    collector = MultiSyncCollector(
-        create_env_fn=[functools.partial(make_env, run.env_id)] * int(settings["num_workers"]),
-        policy=actor,
-        frames_per_batch=frames_per_batch,
-        total_frames=total_frames,
-        device="cpu",
-        storing_device="cpu",
-        max_frames_per_traj=-1,
-        num_threads=torch.get_num_threads(),  # the protocol's setting for this process, as for every algorithm
-    )
+    layout = dict(frames_per_batch=frames_per_batch, total_frames=total_frames, device="cpu", storing_device="cpu")
+    if train_env is not None:
+        collector: Any = Collector(create_env_fn=train_env, policy=actor, max_frames_per_traj=-1, **layout)
+    else:
+        collector = MultiSyncCollector(
+            create_env_fn=[make] * n_workers,
+            policy=actor,
+            max_frames_per_traj=-1,
+            num_threads=torch.get_num_threads(),  # the protocol's setting for this process, as for every algorithm
+            **layout,
+        )
     collector.set_seed(run.seed)
     run.start()
     collected, updates = 0, 0
