@@ -264,11 +264,11 @@ _PEERS = "sb3_async.benchmark.peers."
 register_algorithm(
     "torchrl_ppo", "external", envs=("CartPole-v1", "Pendulum-v1", "HalfCheetah-v5"), adapter=_PEERS + "torchrl_ppo"
 )
-register_algorithm("torchrl_dqn", "external", envs=("CartPole-v1",), adapter=_PEERS + "torchrl_dqn")
+register_algorithm("torchrl_dqn", "external", envs=("CartPole-v1", "LunarLander-v3"), adapter=_PEERS + "torchrl_dqn")
 register_algorithm("tianshou_dqn", "external", envs=("CartPole-v1", "LunarLander-v3"), adapter=_PEERS + "tianshou_dqn")
 register_algorithm("tianshou_td3", "external", envs=("Pendulum-v1", *_MUJOCO), adapter=_PEERS + "tianshou_td3")
 register_algorithm("tianshou_ddpg", "external", envs=("Pendulum-v1",), adapter=_PEERS + "tianshou_ddpg")
-register_algorithm("torchrl_td3", "external", envs=("Pendulum-v1", "HalfCheetah-v5"), adapter=_PEERS + "torchrl_td3")
+register_algorithm("torchrl_td3", "external", envs=("Pendulum-v1", *_MUJOCO), adapter=_PEERS + "torchrl_td3")
 # Sample Factory 2.1.1 pins gymnasium<1.0 and numpy<2: its own environment, .venv-sf (benchmarks/peers/make_sf_venv.sh)
 register_algorithm(
     "sf_appo",

@@ -1,5 +1,5 @@
-"""TorchRL 0.14 TD3 on Pendulum-v1 and HalfCheetah-v5 with its multi-process collector (``MultiSyncCollector``): the
-peer of AE-DDPG and Ape-X DPG.
+"""TorchRL 0.14 TD3 on Pendulum-v1 and the MuJoCo tasks (HalfCheetah-v5, Hopper-v5, Walker2d-v5) with its
+multi-process collector (``MultiSyncCollector``): the peer of AE-DDPG and Ape-X DPG.
 
 Built and trained as TorchRL's TD3 example does (sota-implementations/td3: ``td3.py``, ``utils.py``, ``config.yaml``):
 256x256 ReLU MLPs, a ``TanhModule`` actor scaled to the action bounds, ``AdditiveGaussianModule`` exploration (std
@@ -8,7 +8,8 @@ uniform replay buffer, ``frames_per_batch * utd_ratio`` gradient steps per batch
 What differs from the example:
 
 - TorchRL ships one TD3 config, for HalfCheetah-v4; its values are used as they are on Pendulum-v1 (25 000 random
-  frames before the first update, as there) and on HalfCheetah-v5 (v4's dynamics and reward);
+  frames before the first update, as there), on HalfCheetah-v5 (v4's dynamics and reward), Hopper-v5 and
+  Walker2d-v5 (the MuJoCo tasks the TD3 paper tunes one set of values for);
 - ``MultiSyncCollector`` over ``num_workers`` processes instead of its single-process ``Collector``.
 """
 
@@ -50,10 +51,15 @@ HYPERPARAMETERS = {
         num_workers=2,
     ),
 }
-HYPERPARAMETERS["HalfCheetah-v5"] = dict(HYPERPARAMETERS["Pendulum-v1"])
+for _env_id in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"):
+    HYPERPARAMETERS[_env_id] = dict(HYPERPARAMETERS["Pendulum-v1"])
 SOURCES = {
     "HalfCheetah-v5": "TorchRL 0.14 sota-implementations/td3 (config.yaml: its HalfCheetah-v4 entry, utils.py, td3.py) "
     "with a MultiSyncCollector",
+    "Hopper-v5": "TorchRL 0.14 sota-implementations/td3 (config.yaml: its MuJoCo entry, written for HalfCheetah-v4, "
+    "utils.py, td3.py) with a MultiSyncCollector",
+    "Walker2d-v5": "TorchRL 0.14 sota-implementations/td3 (config.yaml: its MuJoCo entry, written for HalfCheetah-v4, "
+    "utils.py, td3.py) with a MultiSyncCollector",
     "Pendulum-v1": "TorchRL 0.14 sota-implementations/td3 (config.yaml: its HalfCheetah-v4 values, utils.py, td3.py) "
     "with a MultiSyncCollector",
 }
