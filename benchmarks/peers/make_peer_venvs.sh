@@ -20,7 +20,7 @@ VENV=.venv-peers
 "$PYTHON" -m venv "$VENV"
 # shellcheck disable=SC2086  # TORCH_PIP_ARGS is a list of arguments
 "$VENV/bin/pip" install $TORCH_PIP_ARGS torch==2.13.0
-"$VENV/bin/pip" install -e ".[box2d,mujoco]"  # LunarLander-v3 for the DQN peers, HalfCheetah-v5 for TD3
+"$VENV/bin/pip" install -e ".[atari,box2d,mujoco]"  # Pong for PPO, LunarLander-v3 for the DQN peers, MuJoCo for TD3
 "$VENV/bin/pip" install tianshou==2.0.1 "torchrl==0.14.*" tensordict
 "$VENV/bin/python" - <<'PY'
 from importlib.metadata import version

@@ -262,7 +262,7 @@ register_algorithm("td3", "sb3", envs=_OFF_POLICY_CONTINUOUS, config_aliases=_MU
 
 _PEERS = "sb3_async.benchmark.peers."
 register_algorithm(
-    "torchrl_ppo", "external", envs=("CartPole-v1", "Pendulum-v1", "HalfCheetah-v5"), adapter=_PEERS + "torchrl_ppo"
+    "torchrl_ppo", "external", envs=("CartPole-v1", "Pendulum-v1", "HalfCheetah-v5", PONG), adapter=_PEERS + "torchrl_ppo"
 )
 register_algorithm("torchrl_dqn", "external", envs=("CartPole-v1", "LunarLander-v3"), adapter=_PEERS + "torchrl_dqn")
 register_algorithm("tianshou_dqn", "external", envs=("CartPole-v1", "LunarLander-v3"), adapter=_PEERS + "tianshou_dqn")
