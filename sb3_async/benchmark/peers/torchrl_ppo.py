@@ -317,7 +317,7 @@ class TorchRLEnvView:
         self.td["action"] = torch.as_tensor(np.asarray(action)).reshape(1)  # a batch of one env
         out = self.env.step(self.td)
         after = out["next"]
-        result = (
+        result: tuple[np.ndarray, float, bool, bool, dict[str, Any]] = (
             after["pixels"][0].numpy(),
             float(after["reward"].sum()),
             bool(after["terminated"].any()),
