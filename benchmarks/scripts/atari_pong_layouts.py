@@ -5,7 +5,10 @@ suite's protocol: evaluation every 250k env steps, 10 deterministic episodes, of
 benchmark's command line; ``--algos a3c,a2c`` and the variants below choose the runs.
 
 Usage: python benchmarks/scripts/atari_pong_layouts.py --suite atari_layouts --seeds 1 --budget-seconds 1800 \
-           --out DIR --no-progress [--layouts 2x8,16x1]
+           --out DIR --no-progress [--layouts 2x8,16x1] [--params learning_rate:lin_1e-3,n_timesteps:5e6]
+
+``--params`` overrides A3C's zoo entry in every layout (the zoo's ``-params`` format: ``key:value`` pairs, values
+as in the YAML); each run's record holds them.
 """
 
 import sys
@@ -18,6 +21,14 @@ if "--layouts" in sys.argv:
     at = sys.argv.index("--layouts")
     LAYOUTS = sys.argv[at + 1].split(",")
     del sys.argv[at : at + 2]
+OVERRIDES: dict[str, object] = {}
+if "--params" in sys.argv:
+    at = sys.argv.index("--params")
+    for pair in sys.argv[at + 1].split(","):
+        key, _, value = pair.partition(":")
+        is_number = not value.startswith(("lin_", "'"))
+        OVERRIDES[key] = (float(value) if "." in value or "e" in value else int(value)) if is_number else value
+    del sys.argv[at : at + 2]
 
 
 def variants(entry):
@@ -26,8 +37,9 @@ def variants(entry):
     chosen = []
     for layout in LAYOUTS:
         workers, per_worker = (int(n) for n in layout.split("x"))
-        params = {"n_envs": workers * per_worker, "n_workers": workers, "n_envs_per_worker": per_worker}
-        chosen.append(Variant(f"{workers} workers x {per_worker} envs", params, {"layout": layout}))
+        params = {"n_envs": workers * per_worker, "n_workers": workers, "n_envs_per_worker": per_worker, **OVERRIDES}
+        label = f"{workers} workers x {per_worker} envs" + "".join(f", {k} {v}" for k, v in OVERRIDES.items())
+        chosen.append(Variant(label, params, {"layout": layout, **OVERRIDES}))
     return chosen
 
 
