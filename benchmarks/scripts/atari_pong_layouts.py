@@ -26,6 +26,8 @@ if "--params" in sys.argv:
     at = sys.argv.index("--params")
     for pair in sys.argv[at + 1].split(","):
         key, _, value = pair.partition(":")
+        if not key or not value:
+            sys.exit(f"--params: expected key:value pairs separated by commas, got {pair!r}")
         is_number = not value.startswith(("lin_", "'"))
         OVERRIDES[key] = (float(value) if "." in value or "e" in value else int(value)) if is_number else value
     del sys.argv[at : at + 2]
