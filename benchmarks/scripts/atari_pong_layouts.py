@@ -5,13 +5,16 @@ suite's protocol: evaluation every 250k env steps, 10 deterministic episodes, of
 benchmark's command line; ``--algos a3c,a2c`` and the variants below choose the runs.
 
 Usage: python benchmarks/scripts/atari_pong_layouts.py --suite atari_layouts --seeds 1 --budget-seconds 1800 \
-           --out DIR --no-progress [--layouts 2x8,16x1] [--params learning_rate:lin_1e-3,n_timesteps:5e6]
+           --out DIR --no-progress [--layouts 2x8,16x1] [--params learning_rate:"'lin_1e-3'" n_timesteps:5000000]
 
-``--params`` overrides A3C's zoo entry in every layout (the zoo's ``-params`` format: ``key:value`` pairs, values
-as in the YAML); each run's record holds them.
+``--params`` overrides A3C's zoo entry in every layout (the zoo's ``-params`` format and parser: ``key:value``
+pairs, each value a Python expression); each run's record holds them.
 """
 
+import argparse
 import sys
+
+from rl_zoo3.utils import StoreDict
 
 from sb3_async.benchmark.__main__ import main
 from sb3_async.benchmark.suites import Suite, Variant, get_suite, register_suite
@@ -21,16 +24,11 @@ if "--layouts" in sys.argv:
     at = sys.argv.index("--layouts")
     LAYOUTS = sys.argv[at + 1].split(",")
     del sys.argv[at : at + 2]
-OVERRIDES: dict[str, object] = {}
-if "--params" in sys.argv:
-    at = sys.argv.index("--params")
-    for pair in sys.argv[at + 1].split(","):
-        key, _, value = pair.partition(":")
-        if not key or not value:
-            sys.exit(f"--params: expected key:value pairs separated by commas, got {pair!r}")
-        is_number = not value.startswith(("lin_", "'"))
-        OVERRIDES[key] = (float(value) if "." in value or "e" in value else int(value)) if is_number else value
-    del sys.argv[at : at + 2]
+# the RL Zoo's own -params parser (rl_zoo3.utils.StoreDict): key:value pairs, each value a Python expression
+params_parser = argparse.ArgumentParser(add_help=False)
+params_parser.add_argument("--params", nargs="+", action=StoreDict, default={})
+known, sys.argv[1:] = params_parser.parse_known_args(sys.argv[1:])
+OVERRIDES: dict[str, object] = known.params
 
 
 def variants(entry):
