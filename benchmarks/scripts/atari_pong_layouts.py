@@ -27,7 +27,10 @@ if "--layouts" in sys.argv:
 # the RL Zoo's own -params parser (rl_zoo3.utils.StoreDict): key:value pairs, each value a Python expression
 params_parser = argparse.ArgumentParser(add_help=False)
 params_parser.add_argument("--params", nargs="+", action=StoreDict, default={})
-known, sys.argv[1:] = params_parser.parse_known_args(sys.argv[1:])
+try:
+    known, sys.argv[1:] = params_parser.parse_known_args(sys.argv[1:])
+except (ValueError, SyntaxError, NameError) as error:  # StoreDict evaluates each value as Python
+    params_parser.error(f"--params: expected key:value pairs with Python values, e.g. n_timesteps:5000000 ({error!r})")
 OVERRIDES: dict[str, object] = known.params
 
 
