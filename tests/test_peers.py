@@ -325,9 +325,10 @@ def test_every_registered_peer_has_settings_and_sources() -> None:
         assert entry.python_env in ("peers", "sf"), name
 
 
-# --- the real peers: only where their environment was built ------------------------------------------------------
+# --- the real peers: only where their environment was built, and only with -m peers (about 14 minutes on 2 cores) -
 
 
+@pytest.mark.peers
 @pytest.mark.skipif(not PEERS_PYTHON.is_file(), reason="no .venv-peers (benchmarks/peers/make_peer_venvs.sh builds it)")
 @pytest.mark.parametrize(
     "name, env_id",
@@ -383,6 +384,7 @@ def _sf_processes() -> list[int]:
     return found
 
 
+@pytest.mark.peers
 @pytest.mark.skipif(not SF_PYTHON.is_file(), reason="no .venv-sf (benchmarks/peers/make_sf_venv.sh builds it)")
 @pytest.mark.parametrize("env_id", registry.get_algorithm("sf_appo").envs)
 def test_sample_factory_appo_runs_end_to_end(env_id: str, tmp_path: Path) -> None:
