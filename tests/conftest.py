@@ -7,6 +7,20 @@ import pytest
 os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def sb3_log_folder(tmp_path_factory: pytest.TempPathFactory):
+    """SB3's ``configure(None)``, which every ``learn()`` without a log folder calls, makes a new empty
+    ``$TMPDIR/SB3-<date>`` folder unless ``SB3_LOGDIR`` names one: the session's runs share one under pytest's temporary
+    folder instead of leaving hundreds in ``/tmp`` (set before the first test, so the forkserver and the CLI
+    subprocesses inherit it)."""
+    if "SB3_LOGDIR" in os.environ:
+        yield
+        return
+    os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3_logdir"))
+    yield
+    del os.environ["SB3_LOGDIR"]
+
+
 @pytest.fixture
 def one_torch_thread():
     """One torch thread in the main process for the test (restored after): tiny networks and learners that share the
