@@ -47,7 +47,12 @@ def main() -> None:
     if args.steps <= 0:
         parser.error(f"--steps: expected a positive number of env steps, got {args.steps}")
     torch.set_num_threads(1)
-    model = build(args.env, args.seed)
+    try:
+        model = build(args.env, args.seed)
+    except KeyError:  # the zoo's lookup of an id gymnasium does not know
+        parser.error(f"--env {args.env}: not a registered gymnasium env id")
+    except ValueError as error:  # no entry for the env in the zoo file, or a value the model rejects
+        parser.error(f"--env {args.env}: {error}")
     try:
         model.learn(model.learning_starts)  # random actions, no updates: not profiled
         profiler = cProfile.Profile()
