@@ -7,6 +7,7 @@ logger); the profile breaks them down. The first ``learning_starts`` env steps (
 before the clock::
 
     python benchmarks/scripts/ae_ddpg_profile.py                          # Walker2d-v5, 10k env steps of learning
+    python benchmarks/scripts/ae_ddpg_profile.py --updates-per-transition 1   # one update per env step instead
     python benchmarks/scripts/ae_ddpg_profile.py --env HalfCheetah-v5 --steps 20000 --top 40
 """
 
@@ -26,9 +27,12 @@ from sb3_async.benchmark.run_one import zoo_entry
 CONFIG = Path(__file__).resolve().parents[2] / "zoo_configs" / "ae_ddpg.yml"
 
 
-def build(env_id: str, seed: int) -> AEDDPG:
-    """AE-DDPG with the ``zoo_configs/ae_ddpg.yml`` entry of ``env_id`` (its values as the zoo passes them)."""
+def build(env_id: str, seed: int, updates_per_transition: float | None = None) -> AEDDPG:
+    """AE-DDPG with the ``zoo_configs/ae_ddpg.yml`` entry of ``env_id`` (its values as the zoo passes them), its
+    ``updates_per_transition`` replaced where one is given."""
     _, entry = zoo_entry(CONFIG, env_id, None)
+    if updates_per_transition is not None:
+        entry["updates_per_transition"] = updates_per_transition
     policy = entry.pop("policy")
     entry.pop("n_timesteps", None)
     for key in ("policy_kwargs", "replay_buffer_kwargs"):
@@ -42,13 +46,14 @@ def main() -> None:
     parser.add_argument("--env", default="Walker2d-v5")
     parser.add_argument("--steps", type=int, default=10_000, help="env steps profiled after learning_starts")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--updates-per-transition", type=float, help="instead of the entry's (its default: 1.0)")
     parser.add_argument("--top", type=int, default=30, help="functions listed, by cumulative then own time")
     args = parser.parse_args()
     if args.steps <= 0:
         parser.error(f"--steps: expected a positive number of env steps, got {args.steps}")
     torch.set_num_threads(1)
     try:
-        model = build(args.env, args.seed)
+        model = build(args.env, args.seed, args.updates_per_transition)
     except KeyError:  # the zoo's lookup of an id gymnasium does not know
         parser.error(f"--env {args.env}: not a registered gymnasium env id")
     except ValueError as error:  # no entry for the env in the zoo file, or a value the model rejects
