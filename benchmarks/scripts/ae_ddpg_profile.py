@@ -16,29 +16,32 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import tempfile
 import time
-from pathlib import Path
+from typing import Any
 
 import torch
+from rl_zoo3.exp_manager import ExperimentManager
 
-from sb3_async import AEDDPG
-from sb3_async.benchmark.run_one import zoo_entry
-
-CONFIG = Path(__file__).resolve().parents[2] / "zoo_configs" / "ae_ddpg.yml"
+from sb3_async import AEDDPG, zoo
 
 
-def build(env_id: str, seed: int, updates_per_transition: float | None = None) -> AEDDPG:
-    """AE-DDPG with the ``zoo_configs/ae_ddpg.yml`` entry of ``env_id`` (its values as the zoo passes them), its
-    ``updates_per_transition`` replaced where one is given."""
-    _, entry = zoo_entry(CONFIG, env_id, None)
+def build(env_id: str, seed: int, log_folder: str, updates_per_transition: float | None = None) -> AEDDPG:
+    """AE-DDPG as ``python -m sb3_async.train --algo ae_ddpg --env ENV_ID`` builds it (the RL Zoo's own loader and its
+    ``zoo_configs/ae_ddpg.yml`` entry), one torch thread, its ``updates_per_transition`` replaced where one is given."""
+    zoo.register()
+    entry = zoo.zoo_algorithm("ae_ddpg")
+    assert entry is not None
+    overrides: dict[str, Any] = dict(torch_threads=1)
     if updates_per_transition is not None:
-        entry["updates_per_transition"] = updates_per_transition
-    policy = entry.pop("policy")
-    entry.pop("n_timesteps", None)
-    for key in ("policy_kwargs", "replay_buffer_kwargs"):
-        if isinstance(entry.get(key), str):
-            entry[key] = eval(entry[key])  # the zoo's own convention for these strings
-    return AEDDPG(policy, env_id, seed=seed, torch_threads=1, **entry)
+        overrides["updates_per_transition"] = updates_per_transition
+    manager = ExperimentManager(
+        argparse.Namespace(), "ae_ddpg", env_id, log_folder, n_timesteps=0, eval_freq=-1, seed=seed,
+        config=str(entry.config_path), hyperparams=overrides,
+    )  # fmt: skip
+    result = manager.setup_experiment()
+    assert result is not None
+    return result[0]
 
 
 def main() -> None:
@@ -52,8 +55,9 @@ def main() -> None:
     if args.steps <= 0:
         parser.error(f"--steps: expected a positive number of env steps, got {args.steps}")
     torch.set_num_threads(1)
+    log_folder = tempfile.TemporaryDirectory()
     try:
-        model = build(args.env, args.seed, args.updates_per_transition)
+        model = build(args.env, args.seed, log_folder.name, args.updates_per_transition)
     except KeyError:  # the zoo's lookup of an id gymnasium does not know
         parser.error(f"--env {args.env}: not a registered gymnasium env id")
     except ValueError as error:  # no entry for the env in the zoo file, or a value the model rejects
@@ -69,6 +73,7 @@ def main() -> None:
         stats = model.collection_stats
     finally:
         model.env.close()
+        log_folder.cleanup()
     steps = stats["transitions"]
     print(f"{args.env}: {steps} env steps in {elapsed:.1f} s under the profiler, {steps / elapsed:.0f} env steps/s")
     loop = elapsed - stats["train_seconds"] - stats["recv_seconds"]
