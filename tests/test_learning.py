@@ -1,25 +1,9 @@
-"""A3C actually learns: CartPole-v1 to a deterministic evaluation mean >= 475 (zoo_configs/a3c.yml's CartPole-v1 entry)."""
+"""A3C actually learns: CartPole-v1 (zoo_configs/a3c.yml's entry) until 20 deterministic evaluation episodes average
+>= 495; the model ``learn()`` returns is the evaluated one and scores >= 475 on 20 fresh deterministic episodes."""
 
-import gymnasium as gym
-import numpy as np
-from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.evaluation import evaluate_policy
-
-from tests.helpers import zoo_model
-
-
-class StopAtTrainingReturn(BaseCallback):
-    def __init__(self, threshold: float):
-        super().__init__()
-        self.threshold = threshold
-
-    def _on_step(self) -> bool:
-        buffer = self.model.ep_info_buffer
-        return not (len(buffer) == buffer.maxlen and np.mean([ep["r"] for ep in buffer]) >= self.threshold)
+from tests.helpers import learns_and_returns_the_evaluated_model, zoo_model
 
 
 def test_a3c_learns_cartpole(tmp_path):
     model = zoo_model("a3c", "CartPole-v1", tmp_path, seed=0)  # 2 workers x 8 envs
-    model.learn(400_000, callback=StopAtTrainingReturn(490))
-    mean, _ = evaluate_policy(model, gym.make("CartPole-v1"), n_eval_episodes=10, deterministic=True, warn=False)
-    assert mean >= 475, f"deterministic evaluation mean {mean} after {model.num_timesteps} steps"
+    learns_and_returns_the_evaluated_model(model, "CartPole-v1", 495, 400_000, 5000, margin=20)
