@@ -24,7 +24,7 @@ from sb3_async.benchmark import registry, report, suites
 from sb3_async.benchmark.__main__ import main
 from sb3_async.benchmark.plots import curve_band, plot_results
 from sb3_async.benchmark.run_one import EvalClock, true_num_timesteps, worker_overrides, zoo_entry
-from sb3_async.benchmark.runner import Progress, execute, load_results, merge_results
+from sb3_async.benchmark.runner import Progress, RunWatch, execute, load_results, merge_results
 from sb3_async.benchmark.stats import group_stats, median_to_threshold, ratio, ratio_rows
 
 REPO = Path(__file__).resolve().parent.parent
@@ -486,6 +486,31 @@ def test_a_failing_run_is_recorded_with_its_error(tmp_path: Path) -> None:
     assert (tmp_path / "logs" / f"{spec.run_id}.log").is_file()
     markdown = report.render_markdown(_results([record]))
     assert "## Errors" in markdown and spec.run_id in markdown
+
+
+def test_a_run_past_its_limit_is_killed_and_keeps_its_evaluations(tmp_path: Path) -> None:
+    (spec,) = [run for run in suites.plan_runs(suites.get_suite("smoke"), seeds=1) if run.algo == "a2c"]
+    short = suites.RunSpec.from_dict({**spec.to_dict(), "budget_seconds": 0.5})
+    start = time.monotonic()
+    record = execute(short, tmp_path, Progress(1, enabled=False, desc="test"), tmp_path / "logs", timeout_margin=0.0)
+    assert time.monotonic() - start < 60  # killed while it starts (imports alone take longer than 0.5 s)
+    assert record["stop_reason"] == "error" and record["curve"] == []
+    assert record["error"].splitlines()[-1].startswith("run killed: still running after its budget (0.5 s)")
+
+    # the limit grows with the evaluations the run reports (off its training clock), which its record keeps
+    watch = RunWatch(short, margin=10.0, start=100.0)
+    assert not watch.overdue(110.4) and watch.overdue(110.6)
+    for steps, mean in ((1000, 20.0), (2000, 480.0), (3000, 500.0)):
+        event = dict(kind="eval", total=5000, eval_seconds=steps / 100, seconds=steps / 1000, steps=steps, mean=mean, std=1.0)
+        watch.on_event(event)
+    watch.on_event(dict(kind="start", total=5000))
+    assert not watch.overdue(140.4) and watch.overdue(140.6)  # 0.5 + 30 s of evaluations + 10
+    killed = watch.record("run killed", peer=None)
+    assert [point["steps"] for point in killed["curve"]] == [1000, 2000, 3000] and killed["error"] == "run killed"
+    assert killed["reached"] and killed["steps_to_threshold"] == 2000 and killed["seconds_to_threshold"] == 2.0
+    assert killed["final_eval_mean"] is None  # no final evaluation was made: none is made up
+    markdown = report.render_markdown(_results([killed]))
+    assert "## Errors" in markdown and "run killed" in markdown
 
 
 def test_envs_have_the_protocol_thresholds() -> None:

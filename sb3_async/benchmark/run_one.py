@@ -215,7 +215,7 @@ def run(spec: RunSpec, workdir: Path) -> dict[str, Any]:
             hyperparameters[name] = int(getattr(model, name))
 
     def on_eval(point: dict[str, Any]) -> None:
-        emit(dict(kind="eval", total=total_timesteps, **point))
+        emit(dict(kind="eval", total=total_timesteps, eval_seconds=clock.eval_seconds, **point))
 
     emit(dict(kind="start", total=total_timesteps))
     interval = spec.eval_interval if not spec.evals_per_run else max(1, total_timesteps // spec.evals_per_run)

@@ -32,8 +32,52 @@ from sb3_async.benchmark.registry import ENVS, peers_of
 from sb3_async.benchmark.suites import REPO_ROOT, RunSpec, Suite, plan_runs
 from sb3_async.common.torch_utils import usable_cpus
 
-#: Extra seconds a run may take beyond its budget (process start-up, evaluations, worker shutdown) before it is killed.
+#: Extra seconds a run may take beyond its budget and the evaluations it reported (process start-up, the evaluation in
+#: progress, worker shutdown) before it is killed.
 TIMEOUT_MARGIN_SECONDS = 600.0
+
+
+class RunWatch:
+    """What the runner knows of a run in progress from its events: the evaluations it reported and when it is overdue.
+
+    Evaluations are off the training clock, so the wall-clock limit is the budget, plus the evaluation seconds the run
+    reported, plus ``margin``. A run killed or failed keeps the evaluations it reported (:meth:`record`).
+
+    :param spec: the run
+    :param margin: seconds beyond the budget and the reported evaluations
+    :param start: ``time.monotonic()`` when the run's process started
+    """
+
+    def __init__(self, spec: RunSpec, margin: float, start: float):
+        self.spec, self.margin, self.start = spec, margin, start
+        self.curve: list[dict[str, float]] = []
+        self.eval_seconds = 0.0
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        if event.get("kind") == "eval":
+            self.curve.append({key: float(event[key]) for key in ("seconds", "steps", "mean", "std")})
+            self.curve[-1]["steps"] = int(event["steps"])
+            self.eval_seconds = float(event.get("eval_seconds", self.eval_seconds))
+
+    def overdue(self, now: float) -> bool:
+        if self.spec.budget_seconds is None:
+            return False
+        return now - self.start > self.spec.budget_seconds + self.eval_seconds + self.margin
+
+    def describe_limit(self) -> str:
+        return (
+            f"still running after its budget ({self.spec.budget_seconds:g} s), its evaluations ({self.eval_seconds:.0f} s"
+            f" in {len(self.curve)}, kept in its curve) and {self.margin:g} s more"
+        )
+
+    def record(self, error: str, peer: dict[str, Any] | None) -> dict[str, Any]:
+        """The failed record of the run, with the evaluations it reported (and the threshold, if one reached it)."""
+        record = failed_record(spec=self.spec, error=error) | ({"peer": peer} if peer else {})
+        record["curve"] = list(self.curve)
+        reached = next((point for point in self.curve if point["mean"] >= self.spec.threshold), None)
+        if reached is not None:
+            record.update(reached=True, seconds_to_threshold=reached["seconds"], steps_to_threshold=reached["steps"])
+        return record
 
 
 def machine_info() -> dict[str, Any]:
@@ -148,8 +192,11 @@ def _describe(spec: RunSpec, event: dict[str, Any]) -> str:
     return f"{head}: started"
 
 
-def execute(spec: RunSpec, workdir: Path, progress: Progress, log_dir: Path) -> dict[str, Any]:
-    """Run ``spec`` in a fresh process; its record (a failed record if the process failed or timed out)."""
+def execute(
+    spec: RunSpec, workdir: Path, progress: Progress, log_dir: Path, timeout_margin: float = TIMEOUT_MARGIN_SECONDS
+) -> dict[str, Any]:
+    """Run ``spec`` in a fresh process; its record (a failed record, with the evaluations the run reported, if the
+    process failed or was killed for running past its budget, its reported evaluations and ``timeout_margin``)."""
     spec_path, result_path = workdir / f"{spec.run_id}.spec.json", workdir / f"{spec.run_id}.result.json"
     spec_path.write_text(json.dumps(spec.to_dict()))
     result_path.unlink(missing_ok=True)
@@ -157,17 +204,22 @@ def execute(spec: RunSpec, workdir: Path, progress: Progress, log_dir: Path) -> 
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
     )
-    timed_out = threading.Event()
+    timed_out, finished = threading.Event(), threading.Event()
+    watch = RunWatch(spec, timeout_margin, time.monotonic())
 
     def kill() -> None:
         timed_out.set()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # the run's own process group: its workers and forkserver
 
-    timer = None
-    if spec.budget_seconds is not None:
-        timer = threading.Timer(spec.budget_seconds + TIMEOUT_MARGIN_SECONDS, kill)
-        timer.start()
+    def watchdog() -> None:
+        while not finished.wait(1.0):
+            if watch.overdue(time.monotonic()):
+                kill()
+                return
+
+    timer = threading.Thread(target=watchdog, daemon=True)
+    timer.start()
     log: list[str] = []
     progress.status(_describe(spec, {}))
     try:
@@ -175,8 +227,10 @@ def execute(spec: RunSpec, workdir: Path, progress: Progress, log_dir: Path) -> 
         for line in process.stdout:
             if line.startswith(EVENT_PREFIX):
                 try:
-                    progress.status(_describe(spec, json.loads(line[len(EVENT_PREFIX) :])))
-                except (ValueError, KeyError):
+                    event = json.loads(line[len(EVENT_PREFIX) :])
+                    watch.on_event(event)
+                    progress.status(_describe(spec, event))
+                except (ValueError, KeyError, TypeError):
                     log.append(line)
             else:
                 log.append(line)
@@ -186,8 +240,8 @@ def execute(spec: RunSpec, workdir: Path, progress: Progress, log_dir: Path) -> 
         process.wait()
         raise
     finally:
-        if timer is not None:
-            timer.cancel()
+        finished.set()
+        timer.join()
     record: dict[str, Any] | None = None
     if result_path.exists():
         try:
@@ -195,11 +249,13 @@ def execute(spec: RunSpec, workdir: Path, progress: Progress, log_dir: Path) -> 
         except ValueError:
             record = None
     if record is None or returncode != 0 or timed_out.is_set():
-        reason = "timed out" if timed_out.is_set() else f"exited with code {returncode}"
         tail = "".join(log[-60:])
-        error = (record or {}).get("error") or f"run {reason}:\n{tail}"
+        if timed_out.is_set():  # the reason last: the report lists each error's last line
+            error = f"{tail}run killed: {watch.describe_limit()}"
+        else:
+            error = (record or {}).get("error") or f"run exited with code {returncode}:\n{tail}"
         peer = (record or {}).get("peer")  # an external peer's library and interpreter, known even when it failed
-        record = failed_record(spec, error) | ({"peer": peer} if peer else {})
+        record = watch.record(error, peer)
         log_dir.mkdir(parents=True, exist_ok=True)
         (log_dir / f"{spec.run_id}.log").write_text("".join(log))
     return record

@@ -181,7 +181,7 @@ class PeerRun:
         self.curve.append(point)
         if self.reached is None and point["mean"] >= self.spec.threshold:
             self.reached = point
-        emit(dict(kind="eval", total=self.max_steps, **point))
+        emit(dict(kind="eval", total=self.max_steps, eval_seconds=self.eval_seconds, **point))
         return point
 
     def finish(self) -> None:
