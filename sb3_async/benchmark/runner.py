@@ -251,7 +251,7 @@ def execute(
     if record is None or returncode != 0 or timed_out.is_set():
         tail = "".join(log[-60:])
         if timed_out.is_set():  # the reason last: the report lists each error's last line
-            error = f"{tail}run killed: {watch.describe_limit()}"
+            error = "\n".join(filter(None, [tail.rstrip("\n"), f"run killed: {watch.describe_limit()}"]))
         else:
             error = (record or {}).get("error") or f"run exited with code {returncode}:\n{tail}"
         peer = (record or {}).get("peer")  # an external peer's library and interpreter, known even when it failed
