@@ -257,6 +257,46 @@ def test_torch_threads_override_is_honored_logged_and_restored(name):
         torch.set_num_threads(before)
 
 
+def test_flush_denormals_restores_the_previous_mode():
+    from sb3_async.common.torch_utils import flush_denormals, flushes_denormals
+
+    assert not flushes_denormals()  # IEEE arithmetic outside learn()
+    with flush_denormals() as supported:
+        assert flushes_denormals() == supported
+        assert (torch.tensor(1e-30) * 1e-10).item() == (0.0 if supported else pytest.approx(1e-40, rel=1e-2))
+        with flush_denormals():
+            pass
+        assert flushes_denormals() == supported  # an inner block leaves the outer one's mode
+    assert not flushes_denormals()
+
+
+class _DenormalsSeen(BaseCallback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[bool] = set()
+
+    def _on_step(self) -> bool:
+        from sb3_async.common.torch_utils import flushes_denormals
+
+        self.seen.add(flushes_denormals())
+        return True
+
+
+@pytest.mark.parametrize("name", ALGORITHM_NAMES)
+def test_denormals_are_flushed_while_learning_only(name):
+    from sb3_async.common.torch_utils import flush_denormals, flushes_denormals
+
+    with flush_denormals() as supported:
+        pass
+    model = small_model(name)
+    seen = _DenormalsSeen()
+    model.learn(100, callback=seen)
+    assert seen.seen == {supported}
+    assert not flushes_denormals()
+    if name == "AEDDPG":
+        model.env.close()
+
+
 def test_aeddpg_leaves_its_env_processes_their_cpus(monkeypatch):
     """AE-DDPG's learner beside its pool's env processes: the CPUs they leave free (3 CPUs - 2 env processes)."""
     from sb3_async.common import torch_utils
