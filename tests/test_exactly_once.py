@@ -400,6 +400,37 @@ def test_apex_actor_killed_and_restarted_leaves_each_transition_once(tmp_path):
     _transitions_exactly_once(model)
 
 
+class KillActorThenPause(BaseCallback):
+    """Once, between two polls of the main loop: SIGKILL the process of the actor whose env fills slot 0 of the latest
+    observations (``TracedEnv`` observations carry their pid), wait until it is gone, then pause the workers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.killed: int | None = None
+
+    def _on_step(self) -> bool:
+        if self.killed is None and self.num_timesteps >= 1000:
+            self.killed = pid = int(self.locals["new_obs"][0][0])
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                assert time.monotonic() < deadline, f"actor process {pid} still alive 10 s after SIGKILL"
+                time.sleep(0.01)
+            with self.model.pause_workers():
+                pass
+        return True
+
+
+def test_apex_actor_found_dead_by_a_pause_is_restarted():
+    """An actor that dies while an evaluation pauses the workers is restarted, as when the main loop finds it dead."""
+    model = ApeXDQN("MlpPolicy", TracedEnv, seed=0, **APEX)
+    callback = KillActorThenPause()
+    with pytest.warns(RuntimeWarning, match=r"restarting it \(1/3\)"):
+        model.learn(3000, callback=callback)
+    assert callback.killed is not None and model._restarts == {0: 1}
+    _transitions_exactly_once(model)
+
+
 # --- the env pool: step results counted ----------------------------------------------------------------------------
 
 

@@ -503,7 +503,12 @@ class AsyncAlgorithm(AtomicSaves):
         if runtime is None:
             yield
             return
-        runtime.pause(timeout)
+        while True:
+            try:
+                runtime.pause(timeout)
+                break
+            except WorkerError as error:  # a worker found dead here is handled as the main loop would (Ape-X restarts)
+                self._on_worker_error(runtime, error)
         try:
             yield
         finally:
