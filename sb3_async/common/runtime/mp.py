@@ -90,7 +90,6 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     watch_parent(parent_pid)
     torch.set_num_threads(1)
-    torch.set_flush_denormal(True)  # the main process does the same while it learns (torch_utils.flush_denormals)
     torch.distributions.Distribution.set_default_validate_args(False)  # per-step argument checks cost more than the net
     ctx = WorkerContext(
         rank, name, n_workers, base_seed, steps, control, parked, conn, shared, start_timesteps, total_timesteps

@@ -115,7 +115,6 @@ class RayHost:
         start_method: str,
     ):
         torch.set_num_threads(1)
-        torch.set_flush_denormal(True)  # as the main process while it learns (torch_utils.flush_denormals)
         specs: list[WorkerSpec] = cloudpickle.loads(blob)
         first = specs[0].shared
         self._synced = [tensor for name in specs[0].synced for tensor in entry_tensors(first[name])]
