@@ -35,13 +35,7 @@ from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.save_util import AtomicReplaySaves, replay_file_errors
-from sb3_async.common.torch_utils import (
-    check_torch_threads,
-    flush_denormals,
-    prefer_fused_adam,
-    soft_update,
-    threads_beside_workers,
-)
+from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settings, prefer_fused_adam, soft_update
 from sb3_async.common.validation import check_backend, check_float, check_int, check_replay_sizes
 from sb3_async.env_pool import AsyncEnvPool, EnvPoolBase
 from sb3_async.env_pool.core import load_pickled_env, pickled_env_factory
@@ -509,8 +503,7 @@ class AEDDPG(AtomicReplaySaves, TD3):
         try:
             # torch's default threads (one per core) next to busy env processes would oversubscribe the CPUs
             self._ensure_env()
-            threads_in_force = threads_beside_workers(self._env_processes(), getattr(self, "torch_threads", None))
-            with threads_in_force, flush_denormals():  # denormals slow the updates (flush_denormals)
+            with learner_cpu_settings(self._env_processes(), getattr(self, "torch_threads", None)):
                 return super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
         except BaseException:
             # An env error, Ctrl-C or a failing callback: the steps in flight are lost; close the pool's processes now.

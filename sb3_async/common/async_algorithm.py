@@ -43,7 +43,7 @@ from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec, make_ru
 from sb3_async.common.runtime.mp import start_forkserver
 from sb3_async.common.runtime.processes import START_METHODS, WorkerError
 from sb3_async.common.save_util import AtomicSaves
-from sb3_async.common.torch_utils import check_torch_threads, flush_denormals, threads_beside_workers, usable_cpus
+from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settings, usable_cpus
 from sb3_async.common.validation import check_backend, check_float, check_int
 
 SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
@@ -477,8 +477,7 @@ class AsyncAlgorithm(AtomicSaves):
             runtime.start(specs, worker_seed(self.seed), self.num_timesteps, total_timesteps)
             # torch's default threads (one per core) next to busy workers would oversubscribe the CPUs
             requested = getattr(self, "torch_threads", None)  # models saved before it existed: None
-            threads_in_force = threads_beside_workers(runtime.local_workers(), requested)
-            with threads_in_force as threads, flush_denormals(), frozen_evaluations(self, callback):
+            with learner_cpu_settings(runtime.local_workers(), requested) as threads, frozen_evaluations(self, callback):
                 self.logger.record("config/torch_threads", threads)
                 self._supervise(runtime, callback, total_timesteps, log_interval, latest_obs)
         finally:

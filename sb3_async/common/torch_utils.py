@@ -146,6 +146,15 @@ def flush_denormals() -> Iterator[bool]:
             torch.set_flush_denormal(False)
 
 
+@contextlib.contextmanager
+def learner_cpu_settings(busy_processes: int, requested: int | None = None) -> Iterator[int]:
+    """The main process's CPU settings while ``learn()`` runs, for every algorithm: torch threads beside
+    ``busy_processes`` (:func:`threads_beside_workers`) and denormals flushed (:func:`flush_denormals`); both restored
+    after the block. Yields the thread count in force."""
+    with threads_beside_workers(busy_processes, requested) as threads, flush_denormals():
+        yield threads
+
+
 def check_torch_threads(value: Any) -> int | None:
     """``torch_threads`` as given to an algorithm: None (chosen from the free CPUs) or an integer >= 1."""
     return None if value is None else check_int("torch_threads", value)
