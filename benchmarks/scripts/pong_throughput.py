@@ -7,6 +7,7 @@ A3C runs the paper's layout (16 workers, one env each) and layouts with one work
 worker (the ``n_envs_per_worker`` fast path). Learning is not measured here: see the benchmark's ``atari`` suite.
 
 Usage: python benchmarks/scripts/pong_throughput.py [--seconds 45] [--layouts 16x1,2x1,2x4,2x8]
+       python benchmarks/scripts/pong_throughput.py --one 2x8 --seconds 60   # one layout alone, rate as JSON
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=45.0)
     parser.add_argument("--layouts", default="16x1,2x1,2x4,2x8", help="A3C layouts, n_workers x n_envs_per_worker")
-    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--one", metavar="LAYOUT", help="only this layout (or a2c), in this process; prints its rate as JSON")
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one_run(args.one, args.seconds)))
