@@ -52,3 +52,11 @@ def two_node_cluster():
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n 2 --dist loadgroup``), the tests that start Ray clusters run one after another in one
+    worker: two Ray clusters started side by side on one machine would compete for its ports and cores."""
+    for item in items:
+        if item.get_closest_marker("ray") is not None:
+            item.add_marker(pytest.mark.xdist_group("ray"))
