@@ -56,27 +56,36 @@ def two_node_cluster():
         cluster.shutdown()
 
 
-# The tests that start Ray clusters (marker `ray`), by node id: the xdist controller that schedules the default run
-# (`-n 2` in pyproject.toml) sees node ids only, never markers.
-_RAY_TESTS = re.compile(r"tests/test_ray(_env_pool)?\.py::|\[ray\]$|\[docs/guide/ray\.md:\d+\]$")
+# Tests that never run beside one another, by marker, with the node ids that carry the marker: the xdist controller
+# that schedules the default run (`-n 2` in pyproject.toml) sees node ids only, never markers.
+_ONE_AT_A_TIME = {
+    # they start Ray clusters: two side by side would compete for the machine's ports and cores
+    "ray": re.compile(r"tests/test_ray(_env_pool)?\.py::|\[ray\]$|\[docs/guide/ray\.md:\d+\]$"),
+    # the peers' short runs start their own processes, and one checks that none of Sample Factory's outlives its run
+    "peers": re.compile(r"tests/test_peers\.py::test_(a_real_peer|sample_factory_appo)_runs_end_to_end\["),
+}
+
+
+def _one_at_a_time(nodeid: str) -> bool:
+    return any(pattern.search(nodeid) for pattern in _ONE_AT_A_TIME.values())
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """xdist's load scheduling, with the tests that start Ray clusters kept together in one worker, one after another:
-    two Ray clusters started side by side on one machine would compete for its ports and cores."""
+    """xdist's load scheduling, with the tests of ``_ONE_AT_A_TIME`` kept together in one worker, one after another."""
     from xdist.scheduler import LoadScopeScheduling
 
-    class RayTestsInOneWorker(LoadScopeScheduling):
+    class OneAtATime(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "ray" if _RAY_TESTS.search(nodeid) else nodeid
+            return "one at a time" if _one_at_a_time(nodeid) else nodeid
 
-    return RayTestsInOneWorker(config, log)
+    return OneAtATime(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("ray") is not None and not _RAY_TESTS.search(item.nodeid):
-            raise pytest.UsageError(
-                f"{item.nodeid} starts a Ray cluster (marker `ray`) but tests/conftest.py's _RAY_TESTS does not match "
-                "its node id: extend the pattern, so that the default run keeps it with the other Ray tests"
-            )
+        for marker, pattern in _ONE_AT_A_TIME.items():
+            if item.get_closest_marker(marker) is not None and not pattern.search(item.nodeid):
+                raise pytest.UsageError(
+                    f"{item.nodeid} carries the `{marker}` marker but tests/conftest.py's _ONE_AT_A_TIME does not match "
+                    "its node id: extend the pattern, so that the default run keeps it away from the others"
+                )
