@@ -26,13 +26,14 @@ from rl_zoo3.exp_manager import ExperimentManager
 from sb3_async import AEDDPG, zoo
 
 
-def build(env_id: str, seed: int, log_folder: str, updates_per_transition: float | None = None) -> AEDDPG:
+def build(env_id: str, seed: int, log_folder: str, updates_per_transition: float | None = None, **hyperparams: Any) -> AEDDPG:
     """AE-DDPG as ``python -m sb3_async.train --algo ae_ddpg --env ENV_ID`` builds it (the RL Zoo's own loader and its
-    ``zoo_configs/ae_ddpg.yml`` entry), one torch thread, its ``updates_per_transition`` replaced where one is given."""
+    ``zoo_configs/ae_ddpg.yml`` entry), one torch thread, its ``updates_per_transition`` replaced where one is given
+    and ``hyperparams`` over the entry's (as ``--hyperparams`` would)."""
     zoo.register()
     entry = zoo.zoo_algorithm("ae_ddpg")
     assert entry is not None
-    overrides: dict[str, Any] = dict(torch_threads=1)
+    overrides: dict[str, Any] = dict(hyperparams, torch_threads=1)
     if updates_per_transition is not None:
         overrides["updates_per_transition"] = updates_per_transition
     manager = ExperimentManager(
