@@ -133,7 +133,12 @@ def main() -> None:
             extra: dict[str, Any] = {}
             if args.update == "td3":
                 extra = dict(policy_kwargs=dict(net_arch=dict(pi=[256, 256, 128], qf=[256, 128]), n_critics=2))
-            model = build(args.env, seed, log_folder, **extra)
+            try:
+                model = build(args.env, seed, log_folder, **extra)
+            except KeyError:  # the zoo's lookup of an id gymnasium does not know
+                parser.error(f"--env {args.env}: not a registered gymnasium env id")
+            except ValueError as error:  # no entry for the env in the zoo file
+                parser.error(f"--env {args.env}: {error}")
             if args.update == "td3":
                 model.__class__ = TD3Update
             start = time.perf_counter()
