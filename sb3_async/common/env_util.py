@@ -27,6 +27,7 @@ import numpy as np
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.env_util import is_wrapped
 from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.preprocessing import is_image_space, is_image_space_channels_first
 from stable_baselines3.common.vec_env import (
     DummyVecEnv,
     VecEnv,
@@ -36,6 +37,7 @@ from stable_baselines3.common.vec_env import (
     VecNormalize,
     VecTransposeImage,
 )
+from stable_baselines3.common.vec_env.base_vec_env import VecEnvStepReturn
 from stable_baselines3.common.vec_env.util import dict_to_obs
 
 from sb3_async.common.normalization import attach_statistics, vec_normalize_options, vec_normalizes
@@ -74,6 +76,66 @@ class WorkerVecEnv(DummyVecEnv):
 
     def _obs_from_buf(self) -> Any:
         return dict_to_obs(self.observation_space, {key: value.copy() for key, value in self.buf_obs.items()})
+
+
+class ChannelsFirstFrameStack(VecEnvWrapper):
+    """``VecTransposeImage(VecFrameStack(venv, n_stack, channels_order="last"))`` in one wrapper, for a ``venv`` of
+    channel-last images: the same observations (channel-first views of channel-last arrays, as SB3's pair gives
+    them), observation space and terminal observations, element for element.
+
+    SB3's pair rolls the whole stack each step, a copy with a stride of one byte per pixel. For the common case of
+    single-channel byte frames (grey Atari frames, ``n_stack`` 2, 4 or 8) this wrapper shifts each pixel's stack as one
+    little-endian integer instead: the oldest frame's byte shifts out, the new frame's byte shifts in.
+
+    :param venv: a ``VecEnv`` whose observation space is a channel-last image ``Box``
+    :param n_stack: frames stacked
+    """
+
+    def __init__(self, venv: VecEnv, n_stack: int):
+        space = venv.observation_space
+        if not (isinstance(space, gym.spaces.Box) and is_image_space(space) and not is_image_space_channels_first(space)):
+            raise TypeError(f"ChannelsFirstFrameStack needs channel-last image observations, got {space}")
+        stacked_space = VecFrameStack(venv, n_stack, channels_order="last").observation_space
+        assert isinstance(stacked_space, gym.spaces.Box)
+        super().__init__(venv, observation_space=VecTransposeImage.transpose_space(stacked_space))
+        self.channels, self.depth = space.shape[-1], stacked_space.shape[-1]
+        self.stack = np.zeros((self.num_envs, *stacked_space.shape), dtype=space.dtype)  # channel-last
+        packed = np.dtype(f"<u{n_stack}") if n_stack in (2, 4, 8) else None
+        #: each pixel's stack as one integer, where that layout holds (one byte per frame, little-endian)
+        self.packed = packed if self.channels == 1 and space.dtype == np.uint8 and sys.byteorder == "little" else None
+
+    def reset(self) -> np.ndarray:
+        obs = self.venv.reset()
+        self.stack = np.zeros_like(self.stack)
+        self.stack[..., -self.channels :] = obs
+        return VecTransposeImage.transpose_image(self.stack)
+
+    def _shifted(self, obs: np.ndarray, dones: np.ndarray) -> np.ndarray:
+        """A new stack: the newest frames of each env's stack (none where an episode ended), then ``obs``."""
+        if self.packed is not None:
+            previous = self.stack.view(self.packed)
+            shifted = previous >> np.array(8, dtype=self.packed)
+            shifted[dones] = 0
+            shifted |= obs.astype(self.packed) << np.array(8 * (self.depth - 1), dtype=self.packed)
+            return shifted.view(np.uint8)
+        channels = self.channels
+        stack = np.empty_like(self.stack)
+        stack[..., :-channels] = self.stack[..., channels:]
+        stack[dones, ..., :-channels] = 0
+        stack[..., -channels:] = obs
+        return stack
+
+    def step_wait(self) -> VecEnvStepReturn:
+        obs, rewards, dones, infos = self.venv.step_wait()
+        assert isinstance(obs, np.ndarray)
+        previous, self.stack = self.stack, self._shifted(obs, dones)  # a new array: the caller keeps the old ones
+        for env_idx in np.flatnonzero(dones):
+            if "terminal_observation" in infos[env_idx]:
+                terminal = np.concatenate(
+                    (previous[env_idx, ..., self.channels :], infos[env_idx]["terminal_observation"]), axis=-1
+                )
+                infos[env_idx]["terminal_observation"] = VecTransposeImage.transpose_image(terminal)
+        return VecTransposeImage.transpose_image(self.stack), rewards, dones, infos
 
 
 def _shadowed_class(module_name: str, qualname: str) -> type:
@@ -225,11 +287,28 @@ class EnvRecipe:
         if seed is not None:
             venv.seed(seed)
             venv.action_space.seed(seed)
-        for cls, kwargs in self.vec_wrappers:
+        for index, (cls, kwargs) in enumerate(self.vec_wrappers):
+            if _fuse_frame_stack(venv, cls, kwargs, last=index == len(self.vec_wrappers) - 1):
+                venv = ChannelsFirstFrameStack(venv, kwargs["n_stack"])  # what SB3 would stack, then transpose
+                continue
             venv = cls(venv, **kwargs)
             if cls is VecNormalize and shared_statistics is not None:
                 attach_statistics(venv, shared_statistics, slot)  # type: ignore[arg-type]
         return BaseAlgorithm._wrap_env(venv)
+
+
+def _fuse_frame_stack(venv: VecEnv, cls: type, kwargs: dict[str, Any], last: bool) -> bool:
+    """Whether the wrapper ``cls(venv, **kwargs)``, the last of the stack, is a channel-last ``VecFrameStack`` of images
+    that SB3's ``_wrap_env`` would then transpose: :class:`ChannelsFirstFrameStack` does both at once."""
+    space = venv.observation_space
+    return (
+        last
+        and cls is VecFrameStack
+        and kwargs.get("channels_order") == "last"
+        and isinstance(space, gym.spaces.Box)
+        and is_image_space(space)
+        and not is_image_space_channels_first(space)
+    )
 
 
 _VIEW_CLASSES: dict[type, type] = {}

@@ -42,6 +42,12 @@ def stack_steps(items: list[Any]) -> Any:
     if isinstance(items[0], list) and isinstance(items[0][0], dict):  # per-env dict observations (terminal ones)
         keys = items[0][0].keys()
         return {key: stack_steps([np.stack([obs[key] for obs in step]) for step in items]) for key in keys}
+    first = items[0]
+    if isinstance(first, np.ndarray) and first.ndim == 4 and first.transpose(0, 2, 3, 1).flags.c_contiguous:
+        # channel-first views of channel-last images (as SB3's VecTransposeImage gives them): stacked in that memory
+        # layout, which torch's convolutions read faster than a contiguous channel-first batch
+        last = np.stack([item.transpose(0, 2, 3, 1) for item in items])
+        return last.reshape(-1, *last.shape[2:]).transpose(0, 3, 1, 2)
     stacked = np.stack(items)
     return stacked.reshape(stacked.shape[0] * stacked.shape[1], *stacked.shape[2:])
 
