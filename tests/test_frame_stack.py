@@ -10,7 +10,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
-from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack, VecTransposeImage
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack, VecTransposeImage, is_vecenv_wrapped
 
 from sb3_async.common.env_util import ChannelsFirstFrameStack, EnvRecipe
 from sb3_async.common.hogwild import stack_steps
@@ -19,8 +20,8 @@ from sb3_async.common.hogwild import stack_steps
 class RandomFrames(gym.Env):
     """Random ``uint8`` channel-last frames; an episode ends (terminated or truncated) at random."""
 
-    def __init__(self, channels: int = 1, end_probability: float = 0.1):
-        self.observation_space = spaces.Box(0, 255, (30, 28, channels), np.uint8)
+    def __init__(self, channels: int = 1, end_probability: float = 0.1, shape: tuple[int, int] = (30, 28)):
+        self.observation_space = spaces.Box(0, 255, (*shape, channels), np.uint8)
         self.action_space = spaces.Discrete(2)
         self.end_probability = end_probability
 
@@ -72,7 +73,7 @@ def test_it_gives_what_sb3_frame_stack_then_transpose_give(channels: int, n_stac
 
 def test_it_rejects_observations_other_than_channel_last_images() -> None:
     venv = DummyVecEnv([lambda: gym.make("CartPole-v1")])
-    with pytest.raises(TypeError, match="channel-last image"):
+    with pytest.raises(TypeError, match="needs channel-last image observations"):
         ChannelsFirstFrameStack(venv, 4)
 
 
@@ -83,6 +84,19 @@ def test_workers_stack_image_frames_with_it_and_vectors_with_vec_frame_stack() -
     assert venv.observation_space == VecTransposeImage(VecFrameStack(DummyVecEnv([RandomFrames]), 4)).observation_space
     vectors = EnvRecipe(VecFrameStack(DummyVecEnv([lambda: gym.make("CartPole-v1")]), 4)).make_vec_env(2, seed=0)
     assert isinstance(vectors, VecFrameStack)
+
+
+@pytest.mark.parametrize("shape", [(8, 10), (10, 8)])
+def test_stacks_whose_layout_sb3_reads_otherwise_are_left_to_sb3(shape: tuple[int, int]) -> None:
+    """12 frames of 8 x 10 stack to (8, 10, 12), which SB3 reads as channel-first and does not transpose; 12 frames of
+    10 x 8 to (10, 8, 12), which it transposes to (12, 10, 8), itself read as channel-last. The workers' envs must give
+    what the main process' env gives in both."""
+    main = VecFrameStack(DummyVecEnv([lambda: RandomFrames(shape=shape)]), 12)
+    venv = EnvRecipe(main).make_vec_env(2, seed=0)
+    assert not is_vecenv_wrapped(venv, ChannelsFirstFrameStack)
+    assert venv.observation_space == BaseAlgorithm._wrap_env(main).observation_space
+    with pytest.raises(TypeError, match="stay so when 12 are stacked"):
+        ChannelsFirstFrameStack(DummyVecEnv([lambda: RandomFrames(shape=shape)]), 12)
 
 
 def test_segment_batches_of_transposed_images_keep_their_layout_and_values() -> None:

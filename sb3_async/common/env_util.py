@@ -93,10 +93,13 @@ class ChannelsFirstFrameStack(VecEnvWrapper):
 
     def __init__(self, venv: VecEnv, n_stack: int):
         space = venv.observation_space
-        if not (isinstance(space, gym.spaces.Box) and is_image_space(space) and not is_image_space_channels_first(space)):
-            raise TypeError(f"ChannelsFirstFrameStack needs channel-last image observations, got {space}")
-        stacked_space = VecFrameStack(venv, n_stack, channels_order="last").observation_space
-        assert isinstance(stacked_space, gym.spaces.Box)
+        if not _stacks_to_channel_last_image(space, n_stack):
+            raise TypeError(
+                f"ChannelsFirstFrameStack needs channel-last image observations that stay so when {n_stack} are stacked, "
+                f"got {space}"
+            )
+        assert isinstance(space, gym.spaces.Box)
+        stacked_space = _stacked(space, n_stack)
         super().__init__(venv, observation_space=VecTransposeImage.transpose_space(stacked_space))
         self.channels, self.depth = space.shape[-1], stacked_space.shape[-1]
         self.stack = np.zeros((self.num_envs, *stacked_space.shape), dtype=space.dtype)  # channel-last
@@ -297,17 +300,32 @@ class EnvRecipe:
         return BaseAlgorithm._wrap_env(venv)
 
 
+def _stacked(space: gym.spaces.Box, n_stack: int) -> gym.spaces.Box:
+    """The space of ``n_stack`` observations of ``space`` stacked on their last axis (``VecFrameStack``'s)."""
+    low, high = np.repeat(space.low, n_stack, axis=-1), np.repeat(space.high, n_stack, axis=-1)
+    return gym.spaces.Box(low=low, high=high, dtype=space.dtype)  # type: ignore[arg-type]
+
+
+def _stacks_to_channel_last_image(space: gym.spaces.Space, n_stack: int) -> bool:
+    """Whether ``n_stack`` observations of ``space`` stacked on their last axis make an image that SB3 reads as
+    channel-last, and so transposes (``VecTransposeImage``, added by ``_wrap_env``), and whose transpose SB3 reads as
+    channel-first (else ``_wrap_env`` would transpose the fused wrapper's output again)."""
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 3:
+        return False
+    stacked = _stacked(space, n_stack)
+    if not is_image_space(stacked) or is_image_space_channels_first(stacked):
+        return False
+    return is_image_space_channels_first(VecTransposeImage.transpose_space(stacked))
+
+
 def _fuse_frame_stack(venv: VecEnv, cls: type, kwargs: dict[str, Any], last: bool) -> bool:
-    """Whether the wrapper ``cls(venv, **kwargs)``, the last of the stack, is a channel-last ``VecFrameStack`` of images
-    that SB3's ``_wrap_env`` would then transpose: :class:`ChannelsFirstFrameStack` does both at once."""
-    space = venv.observation_space
+    """Whether the wrapper ``cls(venv, **kwargs)``, the last of the stack, is a ``VecFrameStack`` on the last axis that
+    SB3's ``_wrap_env`` would then transpose: :class:`ChannelsFirstFrameStack` does both at once."""
     return (
         last
         and cls is VecFrameStack
         and kwargs.get("channels_order") == "last"
-        and isinstance(space, gym.spaces.Box)
-        and is_image_space(space)
-        and not is_image_space_channels_first(space)
+        and _stacks_to_channel_last_image(venv.observation_space, kwargs["n_stack"])
     )
 
 
