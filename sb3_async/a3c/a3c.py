@@ -11,6 +11,7 @@ from gymnasium import spaces
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy, RecurrentMultiInputActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy, MultiInputActorCriticPolicy
+from stable_baselines3.common.preprocessing import preprocess_obs
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from torch.nn import functional as F
 
@@ -23,10 +24,10 @@ from sb3_async.common.hogwild import (
     stack_steps,
     tensor_obs,
 )
-from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, SoftplusGaussianPolicy
+from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, MnihActivations, MnihCNN, SoftplusGaussianPolicy
 from sb3_async.common.returns import gae_advantages, nstep_returns
 from sb3_async.common.runtime import WorkerContext, WorkerSpec
-from sb3_async.common.torch_utils import sample_actions, to_tensor
+from sb3_async.common.torch_utils import has_categorical_head, sample_actions, sample_categorical, to_tensor
 from sb3_async.common.validation import check_float, check_int
 
 SelfA3C = TypeVar("SelfA3C", bound="A3C")
@@ -113,6 +114,68 @@ class LstmCarry:
         )
 
 
+class RecordedActing:
+    """A segment's acting passes serve its update: θ' is fixed over a segment (synchronized before its first step), so
+    the features the loss needs of the segment's observations are those of the forward passes that chose its actions.
+
+    For a policy on the paper's network (:class:`~sb3_async.common.policies.MnihCNN`, shared by the policy and value
+    heads, a categorical head) a worker keeps the activations of those passes and backpropagates through them
+    (:meth:`~sb3_async.common.policies.MnihCNN.backward_recorded`) instead of running the segment's observations
+    through the network again: the same gradient, from autograd's own kernels, without the update's forward pass
+    (on Pong, 8 envs and 5 steps per update: about 30 % fewer multiply-adds per update).
+
+    :param policy: the worker's policy θ'
+    """
+
+    def __init__(self, policy: ActorCriticPolicy):
+        self.policy = policy
+        self.extractor: MnihCNN = policy.features_extractor  # type: ignore[assignment]
+        self.steps: list[MnihActivations] = []
+        self.segment: MnihActivations | None = None
+        self.features: torch.Tensor | None = None
+
+    @staticmethod
+    def supports(policy: BasePolicy) -> bool:
+        """Whether ``policy`` has the network and heads this class knows how to backpropagate through."""
+        return (
+            isinstance(policy, ActorCriticPolicy)
+            and not isinstance(policy, RecurrentActorCriticPolicy)
+            and policy.share_features_extractor
+            and type(policy.features_extractor) is MnihCNN
+            and has_categorical_head(policy)
+            and not policy.use_sde
+        )
+
+    def start_segment(self) -> None:
+        self.steps = []
+
+    def act(self, obs: Any) -> np.ndarray:
+        """Sample actions for a step's observations, as :func:`~sb3_async.common.torch_utils.sample_actions`, and keep
+        the activations of the forward pass."""
+        policy = self.policy
+        with torch.no_grad():
+            images = preprocess_obs(to_tensor(obs), policy.observation_space, normalize_images=policy.normalize_images)
+            features, activations = self.extractor.forward_recorded(images)  # type: ignore[arg-type]
+        self.steps.append(activations)
+        return sample_categorical(policy, features)
+
+    def evaluate_actions(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Values, log-probabilities and entropies of the segment's steps (time-major, as the segment), differentiable
+        with respect to the heads and to the recorded features (:meth:`backward` takes it from there)."""
+        self.segment = MnihActivations.cat(self.steps)
+        self.features = self.segment.features.detach().requires_grad_()
+        latent_pi, latent_vf = self.policy.mlp_extractor(self.features)
+        distribution = self.policy._get_action_dist_from_latent(latent_pi)
+        return self.policy.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy()
+
+    def backward(self) -> None:
+        """After the loss's backward pass: the network's gradient from the features' (``HogwildWorker.apply_gradients``'s
+        ``after_backward``)."""
+        assert self.segment is not None and self.features is not None and self.features.grad is not None
+        self.extractor.backward_recorded(self.segment, self.features.grad)
+        self.segment = self.features = None
+
+
 def _as_float(flags: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(flags, dtype=torch.float32)
 
@@ -122,6 +185,7 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     worker = HogwildWorker(ctx, cfg)
     local = worker.policy  # θ'
     lstm = LstmCarry(local, cfg.n_envs) if isinstance(local, RecurrentActorCriticPolicy) else None
+    recorded = RecordedActing(local) if RecordedActing.supports(local) else None
     box = isinstance(cfg.action_space, spaces.Box)
     low, high = (cfg.action_space.low, cfg.action_space.high) if isinstance(cfg.action_space, spaces.Box) else (None, None)
     discrete = isinstance(cfg.action_space, spaces.Discrete)
@@ -136,6 +200,8 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
         steps_since_noise += 1
         if lstm is not None:
             return lstm.act(obs, worker.episode_starts)
+        if recorded is not None:
+            return recorded.act(obs)
         return sample_actions(local, obs)
 
     def terminal_value(obs: Any, envs: np.ndarray) -> np.ndarray:
@@ -154,6 +220,8 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
             steps_since_noise = 0
         if lstm is not None:  # what the loss replays the segment from (truncated BPTT)
             start_states, start_episode_starts = lstm.states, worker.episode_starts
+        if recorded is not None:
+            recorded.start_segment()
         segment = worker.collect(act, terminal_value, env_action)
         all_envs = np.arange(cfg.n_envs)
         if lstm is not None:  # V(s_t; θ'_v), or 0 for a terminal s_t (via dones)
@@ -165,6 +233,8 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
             batch_actions = batch_actions.long().flatten()
         if lstm is not None:
             values, log_prob, entropy = lstm.replay(segment, batch_actions, start_states, start_episode_starts)
+        elif recorded is not None:
+            values, log_prob, entropy = recorded.evaluate_actions(batch_actions)
         else:
             values, log_prob, entropy = local.evaluate_actions(tensor_obs(segment.obs), batch_actions)
         values = values.flatten()
@@ -182,7 +252,8 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
         value_loss = F.mse_loss(values, returns)  # ∂(R - V(s_i; θ'_v))² / ∂θ'_v
         entropy_loss = -entropy.mean() if entropy is not None else log_prob.mean()
         loss = policy_loss + cfg.ent_coef * entropy_loss + cfg.vf_coef * value_loss
-        worker.apply_gradients(loss, len(segment))  # asynchronous update of θ using dθ, without locks
+        # asynchronous update of θ using dθ, without locks
+        worker.apply_gradients(loss, len(segment), recorded.backward if recorded is not None else None)
         worker.reporter.record_train(
             policy_loss=policy_loss.item(), value_loss=value_loss.item(), entropy_loss=entropy_loss.item()
         )

@@ -154,11 +154,17 @@ class HogwildWorker:
         segment.next_obs = self.obs
         return segment
 
-    def apply_gradients(self, loss: torch.Tensor, n_steps: int) -> int:
-        """Backpropagate ``loss`` into θ', clip, apply dθ to θ without locks; count the steps. Returns the global T."""
+    def apply_gradients(self, loss: torch.Tensor, n_steps: int, after_backward: Callable[[], None] | None = None) -> int:
+        """Backpropagate ``loss`` into θ', clip, apply dθ to θ without locks; count the steps. Returns the global T.
+
+        :param after_backward: completes the gradients after ``loss.backward()`` (the part of θ' the loss's graph
+            does not reach, backpropagated by hand)
+        """
         for param in self.local_params:
             param.grad = None
         loss.backward()
+        if after_backward is not None:
+            after_backward()
         if self.cfg.max_grad_norm is not None:
             clip_grad_norm(self.local_params, self.cfg.max_grad_norm)
         grads = [param.grad if param.grad is not None else torch.zeros_like(param) for param in self.local_params]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, cast
 
 import torch
 from gymnasium import spaces
@@ -55,6 +56,80 @@ class MnihCNN(BaseFeaturesExtractor):
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         return self.linear(self.cnn(observations))
+
+    def _layers(self) -> tuple[nn.Conv2d, nn.Conv2d, nn.Linear]:
+        return cast(nn.Conv2d, self.cnn[0]), cast(nn.Conv2d, self.cnn[2]), cast(nn.Linear, self.linear[0])
+
+    def forward_recorded(self, observations: torch.Tensor) -> tuple[torch.Tensor, MnihActivations]:
+        """:meth:`forward` without gradients, keeping what :meth:`backward_recorded` needs of it."""
+        conv1, conv2, linear = self._layers()
+        with torch.no_grad():
+            hidden1 = torch.relu(conv1(observations))
+            hidden2 = torch.relu(conv2(hidden1))
+            flat = hidden2.flatten(1)
+            features = torch.relu(linear(flat))
+        return features, MnihActivations(observations, hidden1, hidden2, flat, features)
+
+    def backward_recorded(self, activations: MnihActivations, grad_features: torch.Tensor) -> None:
+        """Backpropagate ``grad_features``, the gradient of a loss with respect to the features of
+        :meth:`forward_recorded` (``activations``), into the ``.grad`` of this network's parameters (set, not added).
+
+        The same operations as autograd's backward pass through :meth:`forward` (no gradient with respect to the
+        observations), without running the forward pass again.
+        """
+        conv1, conv2, linear = self._layers()
+        act = activations
+        with torch.no_grad():
+            grad = torch.ops.aten.threshold_backward(grad_features, act.features, 0)  # ReLU
+            _set_grads(linear, grad.T @ act.flat, grad.sum(0))
+            grad = torch.ops.aten.threshold_backward((grad @ linear.weight).view(act.hidden2.shape), act.hidden2, 0)
+            grad, weight_grad, bias_grad = _conv_backward(conv2, grad, act.hidden1, input_grad=True)
+            _set_grads(conv2, weight_grad, bias_grad)
+            grad = torch.ops.aten.threshold_backward(grad, act.hidden1, 0)
+            _, weight_grad, bias_grad = _conv_backward(conv1, grad, act.observations, input_grad=False)
+            _set_grads(conv1, weight_grad, bias_grad)
+
+
+def _set_grads(layer: nn.Conv2d | nn.Linear, weight_grad: torch.Tensor, bias_grad: torch.Tensor) -> None:
+    layer.weight.grad = weight_grad
+    if layer.bias is not None:
+        layer.bias.grad = bias_grad
+
+
+def _conv_backward(
+    conv: nn.Conv2d, grad_output: torch.Tensor, inputs: torch.Tensor, input_grad: bool
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """Gradients of a convolution's input (if ``input_grad``), weight and bias: autograd's own backward kernel."""
+    return torch.ops.aten.convolution_backward(
+        grad_output,
+        inputs,
+        conv.weight,
+        [conv.out_channels],
+        list(conv.stride),
+        list(conv.padding),  # type: ignore[arg-type]
+        list(conv.dilation),
+        False,
+        [0, 0],
+        conv.groups,
+        [input_grad, True, True],
+    )
+
+
+@dataclass
+class MnihActivations:
+    """What :meth:`MnihCNN.backward_recorded` needs of a forward pass: its input and each layer's output."""
+
+    observations: torch.Tensor
+    hidden1: torch.Tensor
+    hidden2: torch.Tensor
+    flat: torch.Tensor
+    features: torch.Tensor
+
+    @staticmethod
+    def cat(batches: list[MnihActivations]) -> MnihActivations:
+        """The activations of several forward passes as those of one pass over their concatenated batches."""
+        names = [field.name for field in fields(MnihActivations)]
+        return MnihActivations(*(torch.cat([getattr(batch, name) for batch in batches]) for name in names))
 
 
 class A3CCnnPolicy(ActorCriticCnnPolicy):

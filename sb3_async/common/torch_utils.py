@@ -23,22 +23,36 @@ def to_tensor(obs: Any) -> Any:
     return obs_as_tensor(obs, _CPU)
 
 
+def has_categorical_head(policy: ActorCriticPolicy) -> bool:
+    """Whether ``policy`` samples a ``Discrete`` action from SB3's own categorical head (its logits, unchanged)."""
+    return isinstance(policy.action_space, spaces.Discrete) and (
+        type(policy)._get_action_dist_from_latent is ActorCriticPolicy._get_action_dist_from_latent
+    )
+
+
+def sample_categorical(policy: ActorCriticPolicy, features: torch.Tensor) -> np.ndarray:
+    """Actions sampled from the categorical head of ``policy`` (:func:`has_categorical_head`) on the actor's
+    ``features``, without gradients: the logits sampled directly, the distribution of
+    ``policy.get_distribution(obs).get_actions()``."""
+    with torch.no_grad():
+        logits = policy.action_net(policy.mlp_extractor.forward_actor(features))
+        return torch.multinomial(torch.softmax(logits, dim=-1), 1).squeeze(1).numpy()
+
+
 def sample_actions(policy: ActorCriticPolicy, obs: Any) -> np.ndarray:
     """Sample actions from ``policy`` for a batch of observations, without gradients.
 
-    For a ``Discrete`` action space with SB3's categorical head the logits are sampled directly; every other case goes
-    through the policy's distribution, exactly as ``policy.get_distribution(obs).get_actions()``.
+    For a ``Discrete`` action space with SB3's categorical head the logits are sampled directly
+    (:func:`sample_categorical`); every other case goes through the policy's distribution, exactly as
+    ``policy.get_distribution(obs).get_actions()``.
     """
     with torch.no_grad():
         obs_tensor = to_tensor(obs)
-        if isinstance(policy.action_space, spaces.Discrete) and (
-            type(policy)._get_action_dist_from_latent is ActorCriticPolicy._get_action_dist_from_latent
-        ):
+        if has_categorical_head(policy):
             features = policy.extract_features(obs_tensor, policy.pi_features_extractor)  # type: ignore[arg-type]
             if isinstance(features, tuple):  # separate actor/critic extractors
                 features = features[0]
-            logits = policy.action_net(policy.mlp_extractor.forward_actor(features))
-            return torch.multinomial(torch.softmax(logits, dim=-1), 1).squeeze(1).numpy()
+            return sample_categorical(policy, features)
         return policy.get_distribution(obs_tensor).get_actions().numpy()
 
 
