@@ -3,8 +3,8 @@
 16 actor-learners with one env each, t_max = 5, gamma = 0.99, entropy cost 0.01, shared RMSProp (alpha 0.99), the
 paper's network (``CnnPolicy``: 16 8x8/4 and 32 4x4/2 conv filters, 256 hidden units), learning rate annealed
 linearly to 0 (7e-4, inside the paper's LogUniform(1e-4, 1e-2) range), 84x84 grayscale frames stacked by 4 with an
-action repeat of 4 (SB3's ``AtariWrapper``). A machine with fewer cores runs the same algorithm with fewer workers
-(``--n-workers``).
+action repeat of 4 (SB3's ``AtariWrapper``; ``sb3_async``'s here: the same observations, a faster frame skip). A
+machine with fewer cores runs the same algorithm with fewer workers (``--n-workers``).
 
     python examples/a3c_pong.py                                  # 1e7 steps, 16 workers
     python examples/a3c_pong.py --n-workers 1 --timesteps 300    # smoke test
@@ -18,11 +18,11 @@ import argparse
 
 import ale_py
 import gymnasium as gym
-from stable_baselines3.common.env_util import make_atari_env
 from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import VecFrameStack
 
 from sb3_async import A3C
+from sb3_async.common.atari_wrappers import make_atari_env  # SB3's, with the faster frame skip
 
 
 def main() -> None:

@@ -18,9 +18,11 @@ import yaml
 from huggingface_sb3 import EnvironmentName
 from rl_zoo3 import hyperparams_opt
 from rl_zoo3.utils import ALGOS, SimpleLinearSchedule
+from stable_baselines3.common import atari_wrappers as sb3_atari
 from stable_baselines3.common.vec_env import VecFrameStack
 
 from sb3_async import A3C, AsyncNStepQ, zoo
+from sb3_async.common.atari_wrappers import MaxAndSkipEnv
 from tests.helpers import zoo_build
 
 REPO = Path(__file__).resolve().parent.parent
@@ -129,6 +131,11 @@ def test_entry_builds_its_model(algo: str, key: str, tmp_path: Path, monkeypatch
             if "frame_stack" in config:
                 assert model.observation_space.shape[0] == config["frame_stack"]  # channel-first after VecTransposeImage
                 assert any(cls is VecFrameStack for cls, _ in model._env_recipe.vec_wrappers)
+            if "sb3_async.common.atari_wrappers.AtariWrapper" in config.get("env_wrapper", []):
+                env = worker_env.unwrapped.envs[0]  # type: ignore[attr-defined]
+                while not isinstance(env, sb3_atari.MaxAndSkipEnv):
+                    env = env.env
+                assert isinstance(env, MaxAndSkipEnv) and env._atari_env is not None  # its frames' screen reads spared
         finally:
             worker_env.close()
         name = EnvironmentName(env_id)  # "mpe2/simple_spread_v3" -> "mpe2-simple_spread_v3"
