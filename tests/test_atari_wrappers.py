@@ -91,6 +91,16 @@ def test_other_envs_and_stacks(env_id, make_kwargs, skips_reads):
     assert episodes > 0
 
 
+def test_the_zoos_time_limit_lets_the_reads_be_skipped():
+    from rl_zoo3.gym_patches import PatchedTimeLimit  # what gym.make wraps envs in once the RL Zoo is imported
+
+    theirs, ours = (
+        wrapper(PatchedTimeLimit(gym.make("PongNoFrameskip-v4"), 150)) for wrapper in (sb3_atari.AtariWrapper, AtariWrapper)
+    )
+    episodes, _ = assert_same_steps(theirs, ours, 200)
+    assert frame_skip_of(ours)._atari_env is ours.unwrapped and episodes > 0
+
+
 def test_a_wrapper_that_may_read_observations_keeps_sb3s_path():
     class Seeing(gym.Wrapper):
         pass

@@ -17,21 +17,30 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, TimeLimit
 from stable_baselines3.common import atari_wrappers as sb3_atari
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import VecEnv
 
-#: wrappers whose ``step`` does not look at the observation: they may sit between the frame skip and the ale-py env
-_BLIND = (OrderEnforcing, PassiveEnvChecker, TimeLimit, Monitor, sb3_atari.NoopResetEnv, sb3_atari.StickyActionEnv)
+#: wrappers whose ``step`` does not look at the observation: they may sit between the frame skip and the ale-py env.
+#: By name: the RL Zoo replaces gymnasium's ``TimeLimit`` by its own subclass when it is imported.
+_BLIND = frozenset(
+    [
+        ("gymnasium.wrappers.common", "OrderEnforcing"),
+        ("gymnasium.wrappers.common", "PassiveEnvChecker"),
+        ("gymnasium.wrappers.common", "TimeLimit"),
+        ("rl_zoo3.gym_patches", "PatchedTimeLimit"),
+        ("stable_baselines3.common.monitor", "Monitor"),
+        ("stable_baselines3.common.atari_wrappers", "NoopResetEnv"),
+        ("stable_baselines3.common.atari_wrappers", "StickyActionEnv"),
+    ]
+)
 
 
 def _screen_env(env: gym.Env) -> Any:
     """The ale-py env under ``env`` if only wrappers that never read the observation of a step lie between and its
     observation is the screen (``obs_type`` RGB or grey, no sound), else None."""
     while isinstance(env, gym.Wrapper):
-        if type(env) not in _BLIND:
+        if (type(env).__module__, type(env).__qualname__) not in _BLIND:
             return None
         env = env.env
     screen = getattr(env, "_obs_type", None) in ("rgb", "grayscale") and hasattr(env, "ale")
@@ -44,8 +53,9 @@ class MaxAndSkipEnv(sb3_atari.MaxAndSkipEnv):
 
     For those frames it switches the env's observation to its RAM (ale-py's ``AtariEnv`` reads ``_obs_type`` at each
     step; it is restored before the kept frames). It does so only where every wrapper between them never reads a
-    step's observation (``OrderEnforcing``, ``PassiveEnvChecker``, ``TimeLimit``, ``Monitor``, ``NoopResetEnv``,
-    ``StickyActionEnv``) and from the second step on (``PassiveEnvChecker`` checks the first); elsewhere it is SB3's.
+    step's observation (``OrderEnforcing``, ``PassiveEnvChecker``, ``TimeLimit`` and the RL Zoo's, ``Monitor``,
+    ``NoopResetEnv``, ``StickyActionEnv``) and from the second step on (``PassiveEnvChecker`` checks the first);
+    elsewhere it is SB3's.
 
     :param env: the env to wrap
     :param skip: the number of times each action is repeated
