@@ -27,12 +27,14 @@ from sb3_async.common.runtime.base import WorkerContext
 
 
 def pong_model(envs_per_worker: int, seed: int) -> A3C:
-    """A3C on PongNoFrameskip-v4 with the zoo entry's settings (``zoo_configs/a3c.yml``: SB3's Atari wrappers, 4 stacked
-    frames, ``n_steps`` 5, entropy 0.01, learning rate 7e-4, gradients clipped at 40), 2 workers."""
+    """A3C on PongNoFrameskip-v4 with the zoo entry's settings (``zoo_configs/a3c.yml``: SB3's Atari wrappers with
+    the frame skip of :mod:`sb3_async.common.atari_wrappers`, 4 stacked frames, ``n_steps`` 5, entropy 0.01, learning
+    rate 7e-4, gradients clipped at 40), 2 workers."""
     import ale_py
     import gymnasium
-    from stable_baselines3.common.env_util import make_atari_env
     from stable_baselines3.common.vec_env import VecFrameStack
+
+    from sb3_async.common.atari_wrappers import make_atari_env
 
     gymnasium.register_envs(ale_py)
     env = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=1, seed=seed), 4)
