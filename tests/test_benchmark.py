@@ -24,7 +24,7 @@ from sb3_async.benchmark import registry, report, suites
 from sb3_async.benchmark.__main__ import main
 from sb3_async.benchmark.plots import curve_band, plot_results
 from sb3_async.benchmark.run_one import EvalClock, true_num_timesteps, worker_overrides, zoo_entry
-from sb3_async.benchmark.runner import Progress, RunWatch, execute, load_results, merge_results
+from sb3_async.benchmark.runner import Progress, RunWatch, execute, load_results, machine_info, merge_results
 from sb3_async.benchmark.stats import group_stats, median_to_threshold, ratio, ratio_rows
 
 REPO = Path(__file__).resolve().parent.parent
@@ -263,12 +263,37 @@ def test_merge_reads_invocations_of_one_protocol_as_one_table(tmp_path: Path) ->
     other_budget["suite"]["budget_seconds"] = 60
     with pytest.raises(ValueError, match="budget_seconds"):
         merge_results([first, other_budget])
+    other_processor = _results([])
+    other_processor["machine"]["cpu_id"] = "family 25, model 17, stepping 1"  # one brand string, another processor
+    with pytest.raises(ValueError, match="cpu_id"):
+        merge_results([first, other_processor])
     with pytest.raises(ValueError, match="more than one part"):
         merge_results([first, first])
     with pytest.raises(ValueError, match="at least two"):
         merge_results([first])
     with pytest.raises(SystemExit):
         main(["--merge", *dirs])  # no --out
+
+
+def test_machine_record_names_the_processor_behind_its_brand_string(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpuinfo = "".join(
+        f"processor\t: {index}\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: {model}\n"
+        f"model name\t: AMD EPYC\nstepping\t: 1\n\n"
+        for index, model in enumerate((17, 99))  # the first processor's fields, not the last's
+    )
+    real_read_text = Path.read_text
+
+    def read_text(path: Path, *args: Any, **kwargs: Any) -> str:
+        return cpuinfo if str(path) == "/proc/cpuinfo" else real_read_text(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    machine = machine_info()
+    assert machine["cpu_model"] == "AMD EPYC" and machine["cpu_id"] == "family 25, model 17, stepping 1"
+    results = _results([])
+    results["machine"].update(cpu_model=machine["cpu_model"], cpu_id=machine["cpu_id"])
+    assert "- machine: AMD EPYC (family 25, model 17, stepping 1), 2 usable cores" in report.render_markdown(results)
+    cpuinfo = "model name\t: Some CPU\n"
+    assert machine_info()["cpu_id"] is None  # no family and model: nothing made up
 
 
 def test_scaling_and_sweep_reports_on_hand_made_records(tmp_path: Path) -> None:

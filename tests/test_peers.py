@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import importlib
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -139,6 +140,26 @@ def test_sample_factory_command_line_leaves_out_the_examples_defaults() -> None:
         "--encoder_mlp_layers", "64", "64", "--num_workers=2",
     ]  # fmt: skip
     assert "--lr_schedule=linear_decay" in sf_argv("Pendulum-v1", settings, 3, "/tmp/td")
+
+
+def test_sample_factory_heartbeats_do_not_count_the_time_we_suspended_its_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While an evaluation runs, Sample Factory's processes are suspended; its runner then checks their heartbeats and
+    stops the training as stuck if none came for ``heartbeat_reporting_interval`` (180 s), as it did after a
+    4-minute evaluation on Pong. Thawing returns how long they were suspended, and each recorded heartbeat moves by
+    that much (one not yet received stays ``None``)."""
+    from sb3_async.benchmark.peers import sf_appo
+
+    heartbeats: dict[Any, dict[str, float | None]] = {"Rollout": {"w0": 100.0, "w1": None}, "Learner": {"l": 90.0}}
+    sf_appo.excuse_suspension(heartbeats, 240.0)
+    assert heartbeats == {"Rollout": {"w0": 340.0, "w1": None}, "Learner": {"l": 330.0}}
+
+    signalled: list[int] = []
+    monkeypatch.setattr(sf_appo, "signal_all", lambda processes, signum: signalled.append(signum))
+    policy = sf_appo.FrozenPolicy(model=None, lock=None)
+    assert policy.thaw() == 0.0  # never suspended
+    policy.suspended_at, policy.fresh = time.time() - 240.0, True  # what freeze() leaves, 240 s ago
+    assert policy.thaw() == pytest.approx(240.0, abs=30.0) and policy.suspended_at is None and not policy.fresh
+    assert policy.thaw() == 0.0 and signalled == [signal.SIGCONT] * 3
 
 
 # --- a peer end to end, in a fresh process -----------------------------------------------------------------------

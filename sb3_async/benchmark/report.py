@@ -99,6 +99,7 @@ def _header(results: dict[str, Any]) -> list[str]:
     command = " ".join(results.get("command") or []) or f"python -m sb3_async.benchmark --suite {suite['name']}"
     versions = ", ".join(f"{name} {version}" for name, version in machine["versions"].items() if version)
     wall = results.get("wall_seconds")
+    cpu_id = f" ({machine['cpu_id']})" if machine.get("cpu_id") else ""
     lines = [
         f"# Benchmark `{suite['name']}`",
         "",
@@ -123,7 +124,7 @@ def _header(results: dict[str, Any]) -> list[str]:
             f"- date: {results['created']}; whole suite: {fmt_number(wall)} s wall-clock",
         ]
     lines += [
-        f"- machine: {machine['cpu_model']}, {machine['usable_cpus']} usable cores, {machine['memory_gb']} GB; "
+        f"- machine: {machine['cpu_model']}{cpu_id}, {machine['usable_cpus']} usable cores, {machine['memory_gb']} GB; "
         f"{machine['platform']}; Python {machine['python']}",
         f"- software: {versions}" + ("" if parts else f"; commit {machine.get('git_commit') or 'unknown'}"),
     ]

@@ -82,14 +82,15 @@ class RunWatch:
 
 def machine_info() -> dict[str, Any]:
     """The machine and the software the results were measured with."""
-    cpu_model = platform.processor()
+    cpu_model, cpu_id = platform.processor(), None
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
+        cpuinfo = _first_processor(Path("/proc/cpuinfo").read_text())
     except OSError:
-        pass
+        cpuinfo = {}
+    cpu_model = cpuinfo.get("model name", cpu_model)
+    if "cpu family" in cpuinfo and "model" in cpuinfo:
+        # virtual machines often show one brand string ("AMD EPYC") for processors of different speeds
+        cpu_id = f"family {cpuinfo['cpu family']}, model {cpuinfo['model']}, stepping {cpuinfo.get('stepping', '?')}"
     versions: dict[str, str | None] = {}
     for package in ("sb3-async", "stable-baselines3", "rl_zoo3", "torch", "gymnasium", "numpy"):
         try:
@@ -98,6 +99,7 @@ def machine_info() -> dict[str, Any]:
             versions[package] = None
     return dict(
         cpu_model=cpu_model,
+        cpu_id=cpu_id,
         cpu_count=os.cpu_count(),
         usable_cpus=usable_cpus(),
         memory_gb=round(psutil.virtual_memory().total / 2**30, 1),
@@ -107,6 +109,19 @@ def machine_info() -> dict[str, Any]:
         git_commit=_git_commit(),
         load_average_at_start=list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     )
+
+
+def _first_processor(cpuinfo: str) -> dict[str, str]:
+    """The ``key: value`` fields of the first processor in the text of ``/proc/cpuinfo``."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
 
 
 def _git_commit() -> str | None:
@@ -334,7 +349,7 @@ _PROTOCOL_FIELDS = (
     "name", "kind", "eval_interval", "n_eval_episodes", "deterministic_eval", "max_steps", "budget_seconds",
     "stop_at_threshold", "device", "torch_threads", "evals_per_run", "final_eval_episodes",
 )  # fmt: skip
-_MACHINE_FIELDS = ("cpu_model", "usable_cpus", "python", "versions")
+_MACHINE_FIELDS = ("cpu_model", "cpu_id", "usable_cpus", "python", "versions")
 
 
 def merge_results(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -48,7 +48,10 @@ in several processes:
   workers: psutil's children of this process, multiprocessing's resource tracker aside), waits until the kernel
   reports each of them stopped, copies the learner's weights (and input-normaliser statistics) into the copy, and
   releases the lock. Training is then suspended: no process of Sample Factory runs until the evaluation is over
-  and the handler sends them ``SIGCONT``. The learner
+  and the handler sends them ``SIGCONT``. The runner's heartbeat check (every ``heartbeat_reporting_interval``,
+  180 s) would then find no heartbeat from any worker for as long as the evaluation took, and stop the training as
+  stuck, after any evaluation longer than that interval; the handler moves each heartbeat the runner recorded
+  forward by the time the processes were suspended (:func:`excuse_suspension`). The learner
   may have begun the next batch's update when the message is handled: the copy's weights are those of the counted
   env steps plus at most one batch (``batch_size`` env steps) of updates;
 - **the deterministic policy**: the argmax of the action logits, or the Gaussian's mean (``argmax_actions``, what
@@ -316,6 +319,16 @@ def wait_stopped(processes: list[psutil.Process], timeout: float = 10.0) -> None
                 time.sleep(0.001)
 
 
+def excuse_suspension(heartbeats: dict[Any, dict[str, float | None]], seconds: float) -> None:
+    """Move each heartbeat time the runner recorded (``Runner.heartbeat_dict``: component type -> component id -> the
+    time of its last heartbeat, ``None`` before its first) ``seconds`` later: the time its processes spent suspended
+    by us, during which no component could beat, is not the component's silence."""
+    for times in heartbeats.values():
+        for component, beat in times.items():
+            if beat is not None:
+                times[component] = beat + seconds
+
+
 def end_processes(timeout: float = 10.0) -> None:
     """Resume, terminate then kill whatever Sample Factory process is left (none after a clean stop)."""
     left = sf_processes()
@@ -335,6 +348,7 @@ class FrozenPolicy:
         self.lock = lock
         self.shared: dict[str, Any] | None = None  # the learner's state dict, in shared memory
         self.suspended: list[psutil.Process] = []
+        self.suspended_at: float | None = None  # time.time() when the processes were suspended
         self.fresh = False  # the copy holds the weights of now, Sample Factory's processes are suspended
         self.final = False  # training is over: the copy holds the last weights, for good
 
@@ -345,7 +359,7 @@ class FrozenPolicy:
         if not self.lock.acquire(timeout=60):
             raise RuntimeError("The learner's policy lock was not released within 60 s")
         try:
-            self.suspended = sf_processes()
+            self.suspended, self.suspended_at = sf_processes(), time.time()
             signal_all(self.suspended, signal.SIGSTOP)
             wait_stopped(self.suspended)
             self.model.load_state_dict(self.shared)
@@ -353,10 +367,13 @@ class FrozenPolicy:
             self.lock.release()
         self.fresh = True
 
-    def thaw(self) -> None:
-        """Resume Sample Factory's processes (the next call copies the weights again, unless :attr:`final`)."""
+    def thaw(self) -> float:
+        """Resume Sample Factory's processes (the next call copies the weights again, unless :attr:`final`); return
+        the seconds they were suspended (0 when they were not)."""
         signal_all(self.suspended, signal.SIGCONT)
-        self.suspended, self.fresh = [], False
+        seconds = time.time() - self.suspended_at if self.suspended_at is not None else 0.0
+        self.suspended, self.suspended_at, self.fresh = [], None, False
+        return seconds
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         import torch
@@ -448,7 +465,7 @@ def train(run: PeerRun) -> None:
             except Exception as error:  # raised again after Sample Factory stopped (its event loop would swallow it)
                 failed.append(error)
             finally:
-                policy.thaw()
+                excuse_suspension(runner.heartbeat_dict, policy.thaw())
             if stopped or failed:
                 runner._stop_training(failed=bool(failed))
 
