@@ -1,0 +1,33 @@
+"""Models saved by an earlier release load and act exactly as they did (the saved-model format stays readable).
+
+``tests/data/saved_models/`` holds one small model of each algorithm saved by sb3-async 0.1.0 (``make.py`` there made
+them), with 16 observations and the deterministic actions that model chose for them when it was saved.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sb3_async import A3C, AEDDPG, ApeXDPG, ApeXDQN, AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
+
+DATA = Path(__file__).parent / "data" / "saved_models"
+
+SAVED = {
+    "a3c": A3C,
+    "a3c_lstm": A3C,
+    "async_one_step_q": AsyncOneStepQ,
+    "async_sarsa": AsyncSarsa,
+    "async_n_step_q": AsyncNStepQ,
+    "apex_dqn": ApeXDQN,
+    "apex_dpg": ApeXDPG,
+    "ae_ddpg": AEDDPG,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAVED))
+def test_a_model_saved_by_0_1_loads_and_acts_the_same(name):
+    model = SAVED[name].load(DATA / f"{name}.zip", device="cpu")
+    recorded = np.load(DATA / f"{name}.npz")
+    actions, _ = model.predict(recorded["obs"], deterministic=True)
+    np.testing.assert_array_equal(actions, recorded["actions"])
