@@ -1,4 +1,5 @@
-"""The package's floor plan: no import cycle between its modules (imports inside functions counted too)."""
+"""The package's floor plan: its folders in layers that import only downward, and no import cycle between its modules
+(imports inside functions counted too)."""
 
 import ast
 from pathlib import Path
@@ -65,3 +66,54 @@ def test_no_module_imports_its_way_back_to_itself():
     graph = _import_graph()
     assert "sb3_async.env_pool.core" in graph and "sb3_async.env_pool.buffers" in graph["sb3_async.env_pool.core"]
     assert _cycles(graph) == []
+
+
+#: The layers, bottom first (docs/design.md, "Layers"): a module imports only from its own folder and from folders of
+#: lower layers. A name is a top-level module or folder of the package; under ``common/`` each subfolder is its own.
+LAYERS: list[set[str]] = [
+    {"validation"},  # argument checks
+    {"runtime"},  # processes and Ray actors: start, supervise, stop
+    {"env_pool"},  # AsyncEnvPool and its transport
+    {"common/buffers"},  # replay buffers (usable with stock SB3)
+    {"common"},  # the algorithm framework
+    {"a3c", "async_q", "apex", "ae_ddpg"},  # the algorithms
+    {"zoo"},  # the RL Zoo's glue
+    {"benchmark", "train", "enjoy", "record_video"},  # what a user runs
+]
+
+
+def _folder_of(module: str) -> str | None:
+    parts = module.split(".")[1:]
+    if not parts:
+        return None  # the package's __init__: it only re-exports, lazily
+    if parts[0] == "common" and len(parts) > 2 and (PACKAGE / "common" / parts[1]).is_dir():
+        return f"common/{parts[1]}"
+    return parts[0]
+
+
+def _layer_of(folder: str) -> int:
+    for index, layer in enumerate(LAYERS):
+        if folder in layer:
+            return index
+    raise AssertionError(f"{folder} is in no layer of LAYERS: add it where it belongs")
+
+
+def test_folders_import_only_downward():
+    upward = []
+    for module, targets in _import_graph().items():
+        source = _folder_of(module)
+        if source is None:
+            continue
+        for target in targets:
+            folder = _folder_of(target)
+            if folder is None or folder == source:
+                continue
+            if _layer_of(folder) >= _layer_of(source):
+                upward.append(f"{module} -> {target}")
+    assert upward == []
+
+
+def test_the_layer_check_sees_an_upward_import():
+    assert _layer_of("env_pool") < _layer_of("common") < _layer_of("a3c")
+    assert _folder_of("sb3_async.common.buffers.sum_tree") == "common/buffers"
+    assert _folder_of("sb3_async.runtime.mp") == "runtime"

@@ -7,7 +7,7 @@ import pytest
 from gymnasium import spaces
 
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
-from sb3_async.common.runtime.processes import WorkerError
+from sb3_async.runtime.processes import WorkerError
 from tests.helpers import ALGORITHM_NAMES, NaNObservationEnv, small_model
 
 NON_FINITE = r"Env {} returned a non-finite observation \(NaN or inf\)"

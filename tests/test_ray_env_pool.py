@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from sb3_async import AEDDPG, AsyncEnvPool, WorkerError
-from sb3_async.common.runtime.ray_connect import NAMESPACE, RAY_INSTALL_HINT
+from sb3_async.runtime.ray_connect import NAMESPACE, RAY_INSTALL_HINT
 from tests.conftest import two_node_cluster
 from tests.helpers import FailingEnv, check_env_1_error_spares_the_others
 

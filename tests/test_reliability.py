@@ -16,7 +16,7 @@ import torch
 
 from sb3_async import A3C, WorkerError
 from sb3_async.common.async_algorithm import max_local_workers
-from sb3_async.common.runtime import MultiprocessingRuntime, WorkerSpec
+from sb3_async.runtime import MultiprocessingRuntime, WorkerSpec
 from tests.helpers import ALGORITHM_NAMES, FailingEnv, ShmWatch, live_children, small_model
 
 

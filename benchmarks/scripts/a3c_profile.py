@@ -23,7 +23,7 @@ import torch
 
 from sb3_async import A3C
 from sb3_async.a3c import a3c as a3c_module
-from sb3_async.common.runtime.base import WorkerContext
+from sb3_async.runtime.base import WorkerContext
 
 
 def pong_model(envs_per_worker: int, seed: int) -> A3C:

@@ -36,11 +36,11 @@ from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_o
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.save_util import AtomicReplaySaves, replay_file_errors
 from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settings, prefer_fused_adam, soft_update
-from sb3_async.common.validation import check_backend, check_float, check_int, check_replay_sizes
 from sb3_async.env_pool import AsyncEnvPool, EnvPoolBase
 from sb3_async.env_pool.core import load_pickled_env, pickled_env_factory
 from sb3_async.env_pool.vec_env import PoolVecEnv
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
+from sb3_async.validation import check_backend, check_float, check_int, check_replay_sizes
 
 SelfAEDDPG = TypeVar("SelfAEDDPG", bound="AEDDPG")
 
@@ -325,7 +325,7 @@ class AEDDPG(AtomicReplaySaves, TD3):
         if pool_kwargs and {"backend", "backend_kwargs"} & set(pool_kwargs):
             raise ValueError("Invalid pool_kwargs: pass backend and backend_kwargs to AEDDPG itself, not in pool_kwargs")
         if backend == "ray":  # say what to install now, not at the first learn()
-            from sb3_async.common.runtime.ray_connect import import_ray
+            from sb3_async.runtime.ray_connect import import_ray
 
             import_ray()
         if replay_buffer_class is None:

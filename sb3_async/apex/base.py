@@ -35,11 +35,11 @@ from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, Work
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer
 from sb3_async.common.observations import check_finite_observations
 from sb3_async.common.returns import bootstrap_truncated_rewards
-from sb3_async.common.runtime import Runtime, WorkerContext, WorkerSpec
-from sb3_async.common.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
 from sb3_async.common.save_util import AtomicReplaySaves, replay_file_errors
 from sb3_async.common.torch_utils import build_worker_policy
-from sb3_async.common.validation import check_float, check_int, check_replay_sizes
+from sb3_async.runtime import Runtime, WorkerContext, WorkerSpec
+from sb3_async.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
+from sb3_async.validation import check_float, check_int, check_replay_sizes
 
 
 @dataclass
@@ -170,7 +170,7 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
     :param max_blocks_in_flight: blocks an actor may have sent and not yet inserted before it waits
     :param max_actor_restarts: how many times one actor that died (exception, signal, lost Ray actor or node) is
         restarted within a ``learn()`` call (a warning each time, counted in ``rollout/actor_restarts``); once more
-        and ``learn()`` raises :class:`~sb3_async.common.runtime.processes.WorkerError`
+        and ``learn()`` raises :class:`~sb3_async.runtime.processes.WorkerError`
     :param replay_ratio: None (the paper: actors and learner each as fast as they can), or transitions the learner
         replays per transition inserted once learning started; the learner then holds blocks back when it is behind
         (its actors wait) and waits for data when it is ahead: SB3's fixed ``train_freq``/``gradient_steps`` ratio,

@@ -16,7 +16,7 @@ from sb3_async.apex.base import ApeXActorModel, ApeXAlgorithm
 from sb3_async.apex.returns import NStepTransitions, bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
 from sb3_async.common.torch_utils import prefer_fused_adam, to_tensor
-from sb3_async.common.validation import check_float
+from sb3_async.validation import check_float
 
 
 class DPGActorModel(ApeXActorModel):

@@ -23,7 +23,7 @@ from sb3_async.apex.returns import (
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
 from sb3_async.common.exploration import epsilon_greedy, epsilon_greedy_like
 from sb3_async.common.torch_utils import clip_grad_norm, to_tensor
-from sb3_async.common.validation import check_float
+from sb3_async.validation import check_float
 
 
 class DQNActorModel(ApeXActorModel):

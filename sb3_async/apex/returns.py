@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
-from sb3_async.common.validation import check_int
+from sb3_async.validation import check_int
 
 __all__ = ["bootstrapped_targets", "weighted_squared_loss"]  # the replay learners' target and loss, written once
 

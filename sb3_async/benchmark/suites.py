@@ -26,7 +26,7 @@ from sb3_async.benchmark.registry import (
     get_env,
     peers_of,
 )
-from sb3_async.common.validation import check_int
+from sb3_async.validation import check_int
 
 #: How a suite's results are reported (see :mod:`sb3_async.benchmark.report`).
 KINDS = ("race", "scaling", "sweep", "final")

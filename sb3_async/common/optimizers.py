@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
-from sb3_async.common.validation import check_float, check_nonnegative
+from sb3_async.validation import check_float, check_nonnegative
 
 OPTIMIZER_NAMES = ("shared_rmsprop", "rmsprop", "sgd")
 

@@ -8,12 +8,14 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import os
 import pathlib
 import pickle
 import secrets
+import sys
 import warnings
 import zipfile
 from collections.abc import Iterator
@@ -134,7 +136,8 @@ class AtomicSaves(BaseAlgorithm):
         algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file)."""
         if cls.saved_class_marker is not None:
             check_saved_class(path, cls, marker=cls.saved_class_marker)
-        return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+        with renamed_modules():
+            return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
 
 
 class AtomicReplaySaves(AtomicSaves):
@@ -151,6 +154,24 @@ class AtomicReplaySaves(AtomicSaves):
             raise ValueError(f"{type(self).__name__} has no replay buffer to save yet (it is created by learn())")
         with atomic_write(path, "pkl") as file:
             save_to_pkl(file, replay_buffer, self.verbose)
+
+
+#: Modules that files saved by earlier versions name (in pickled attributes) -> where that code lives now.
+RENAMED_MODULES = {"sb3_async.common.env_util": "sb3_async.common.worker_envs"}
+
+
+@contextlib.contextmanager
+def renamed_modules() -> Iterator[None]:
+    """Within the block, the old names of :data:`RENAMED_MODULES` import their new modules, so that unpickling a file
+    saved by an earlier version finds its classes; the names are removed again after."""
+    added = [old for old in RENAMED_MODULES if old not in sys.modules]
+    for old in added:
+        sys.modules[old] = importlib.import_module(RENAMED_MODULES[old])
+    try:
+        yield
+    finally:
+        for old in added:
+            sys.modules.pop(old, None)
 
 
 #: The attribute every sb3_async model saves with the name of its class (in the zip's ``data``).

@@ -13,7 +13,7 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.utils import obs_as_tensor
 
-from sb3_async.common.validation import check_int
+from sb3_async.validation import check_int
 
 _CPU = torch.device("cpu")
 

@@ -27,12 +27,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from sb3_async.common.runtime.processes import WorkerError
-from sb3_async.common.validation import check_backend, check_int
 from sb3_async.env_pool.buffers import SharedBuffers
 from sb3_async.env_pool.multi_agent import DEAD_AGENTS, agent_slots_factory
 from sb3_async.env_pool.processes import ProcessWorkers
 from sb3_async.env_pool.worker import EnvFactory, EnvWorker, Missing
+from sb3_async.runtime.processes import WorkerError
+from sb3_async.validation import check_backend, check_int
 
 __all__ = [
     "ENGINES",

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from sb3_async.common.runtime.ray_connect import connect_ray, import_ray, release_ray, start_actor, wait_ready
-from sb3_async.common.validation import check_nonnegative
+from sb3_async.runtime.ray_connect import connect_ray, import_ray, release_ray, start_actor, wait_ready
+from sb3_async.validation import check_nonnegative
 
 if TYPE_CHECKING:
     from sb3_async.env_pool.buffers import SharedBuffers

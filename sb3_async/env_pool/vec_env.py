@@ -16,9 +16,9 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
-from sb3_async.common.validation import check_int
 from sb3_async.env_pool.core import EnvError, EnvPoolBase
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
+from sb3_async.validation import check_int
 
 __all__ = ["PoolVecEnv", "synchronous_layout"]
 

@@ -1,7 +1,7 @@
 """Torch-free process pieces shared by every process sb3_async starts: the start methods, the parent-death watch and
 the error that names a failed worker.
 
-They live apart from :mod:`sb3_async.common.runtime` (which imports torch) so that env workers
+They live apart from :mod:`sb3_async.runtime` (which imports torch) so that env workers
 (:class:`sb3_async.AsyncEnvPool`) can use them without importing torch.
 """
 
