@@ -6,7 +6,7 @@ the main process, one prioritized replay.
   its own copy in batch when it flushes its local buffer of ``block_size`` transitions, sends the block with
   ``ctx.send`` and refreshes its parameters from the learner's published copy every ``actor_update_interval`` env
   steps.
-* Learner (:meth:`ApeXAlgorithm._learner_step`, called by ``AsyncAlgorithm._supervise`` between two polls): inserts
+* Learner (:meth:`ApeXAlgorithm._learner_step`, called by ``WorkerSupervision._supervise`` between two polls): inserts
   the received blocks, samples prioritized batches, applies the IS-weighted update, writes back the new priorities,
   refreshes the target network and publishes the parameters to shared memory.
 * Blocks in flight are bounded: an actor that has ``max_blocks_in_flight`` blocks not yet inserted waits (it keeps
@@ -31,12 +31,13 @@ from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
 
 from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transitions
-from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, WorkerPolicyConfig
+from sb3_async.common.async_algorithm import AsyncAlgorithm
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer
 from sb3_async.common.observations import check_finite_observations
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.save_util import AtomicReplaySaves, replay_file_errors
 from sb3_async.common.torch_utils import build_worker_policy
+from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig
 from sb3_async.runtime import Runtime, WorkerContext, WorkerSpec
 from sb3_async.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
 from sb3_async.validation import check_float, check_int, check_replay_sizes

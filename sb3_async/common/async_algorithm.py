@@ -5,28 +5,24 @@ workers, callbacks get ``on_step()`` once per ``n_envs`` steps of progress with 
 fill ``ep_info_buffer``, and the logger writes ``rollout/``, ``time/`` and ``train/`` keys. The workers themselves
 are started, supervised and stopped by :mod:`sb3_async.runtime`; an algorithm only says what its workers run
 (:meth:`AsyncAlgorithm._worker_specs`).
+
+This module holds the model: construction, ``load()`` / ``save()``, the env, the ``VecNormalize`` statistics the
+workers share, and ``learn()``, which starts the workers and hands over to the supervision loop
+(:mod:`sb3_async.common.supervision`). What runs in the workers is in :mod:`sb3_async.common.worker_side`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
-import sys
-import time
 from abc import abstractmethod
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
 import torch
 from gymnasium import spaces
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.utils import safe_mean
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
 from sb3_async.common.callbacks import frozen_evaluations, show_final_timesteps
@@ -39,12 +35,25 @@ from sb3_async.common.normalization import (
 )
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_observation_space
 from sb3_async.common.save_util import AtomicSaves
+from sb3_async.common.supervision import WorkerSupervision
 from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settings, usable_cpus
 from sb3_async.common.worker_envs import EnvRecipe, WorkerEnvsView
-from sb3_async.runtime import Runtime, WorkerContext, WorkerSpec, make_runtime, worker_seed
+from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig, shared_obs_buffer
+from sb3_async.runtime import Runtime, WorkerSpec, make_runtime, worker_seed
 from sb3_async.runtime.mp import start_forkserver
 from sb3_async.runtime.processes import START_METHODS, WorkerError
 from sb3_async.validation import check_backend, check_float, check_int
+
+# Re-exported: algorithms built on this module import their worker-side base names from here.
+__all__ = [
+    "MAX_WORKERS_PER_CPU",
+    "MIN_WORKER_BOUND",
+    "AsyncAlgorithm",
+    "StatsReporter",
+    "WorkerPolicyConfig",
+    "check_learning_rate",
+    "max_local_workers",
+]
 
 SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
 
@@ -57,10 +66,6 @@ MIN_WORKER_BOUND = 64
 def max_local_workers() -> int:
     """The most worker processes an algorithm starts on this machine."""
     return max(MIN_WORKER_BOUND, MAX_WORKERS_PER_CPU * usable_cpus())
-
-
-#: Seconds the workers have to finish after a callback stopped training (their last messages are received meanwhile).
-_STOP_SECONDS = 30.0
 
 
 def check_learning_rate(value: Any) -> float | Schedule:
@@ -80,89 +85,7 @@ def _snapshot(value: Any) -> Any:
     return value
 
 
-def _write_obs(buffer: Any, offset: int, obs: Any) -> None:
-    if isinstance(buffer, dict):
-        for key, value in buffer.items():
-            _write_obs(value, offset, obs[key])
-        return
-    obs = np.asarray(obs)
-    buffer[offset : offset + len(obs)].copy_(torch.from_numpy(obs).reshape(len(obs), *buffer.shape[1:]))
-
-
-def _shared_obs_buffer(space: spaces.Space, n_envs: int) -> Any:
-    """Shared tensors holding the latest observation of every env (dict observations key by key)."""
-    if isinstance(space, spaces.Dict):
-        return {key: _shared_obs_buffer(sub, n_envs) for key, sub in space.spaces.items()}
-    return torch.from_numpy(np.zeros((n_envs, *(space.shape or ())), dtype=space.dtype)).share_memory_()
-
-
-def _read_obs(buffer: Any) -> Any:
-    if isinstance(buffer, dict):
-        return {key: _read_obs(value) for key, value in buffer.items()}
-    return buffer.numpy().copy()
-
-
-@dataclass
-class WorkerPolicyConfig:
-    """What every worker needs to rebuild its envs and its copy of the policy; each algorithm's worker config adds its
-    own hyperparameters (gradient-sharing workers: ``HogwildWorkerConfig``; Ape-X actors: ``ApeXActorConfig``)."""
-
-    env_recipe: EnvRecipe
-    n_envs: int
-    policy_class: type
-    observation_space: spaces.Space
-    action_space: spaces.Space
-    policy_kwargs: dict[str, Any]
-    lr_schedule: Schedule
-    n_steps: int
-    gamma: float
-
-
-class StatsReporter:
-    """Worker side of the statistics flow: episodes and training metrics sent in batches, the latest observation
-    written to shared memory (``ctx.shared["latest_obs"]``, the callbacks' ``new_obs``) at the same rhythm.
-
-    :param ctx: the worker's context
-    :param env_offset: global index of this worker's first env
-    :param interval: seconds between two messages
-    """
-
-    def __init__(self, ctx: WorkerContext, env_offset: int, interval: float = 0.05):
-        self.ctx, self.env_offset, self.interval = ctx, env_offset, interval
-        self._episodes: list[tuple[int, dict[str, Any]]] = []
-        self._train: dict[str, float] = {}
-        self._counts: dict[str, int] = {}
-        self._next = time.monotonic() + interval
-        self._obs_buffer = ctx.shared.get("latest_obs")
-
-    def record_infos(self, dones: np.ndarray, infos: list[dict[str, Any]]) -> None:
-        for i in np.flatnonzero(dones):
-            info = infos[i]
-            episode = info.get("episode")
-            if episode is not None:
-                entry = dict(episode=episode)
-                if "is_success" in info:
-                    entry["is_success"] = info["is_success"]
-                self._episodes.append((self.env_offset + int(i), entry))
-
-    def record_train(self, **metrics: float) -> None:
-        for key, value in metrics.items():
-            self._train[key] = self._train.get(key, 0.0) + float(value)
-            self._counts[key] = self._counts.get(key, 0) + 1
-
-    def maybe_flush(self, obs: Any, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now < self._next:
-            return
-        self._next = now + self.interval
-        train = {key: value / self._counts[key] for key, value in self._train.items()}
-        if self._obs_buffer is not None:
-            _write_obs(self._obs_buffer, self.env_offset, obs)
-        self.ctx.send("stats", dict(episodes=self._episodes, train=train))
-        self._episodes, self._train, self._counts = [], {}, {}
-
-
-class AsyncAlgorithm(AtomicSaves):
+class AsyncAlgorithm(WorkerSupervision, AtomicSaves):
     """Base class of the asynchronous algorithms: SB3's ``learn()`` contract on top of the runtime.
 
     :param policy: policy class or alias (``"MlpPolicy"``, ``"CnnPolicy"``, ...)
@@ -370,9 +293,6 @@ class AsyncAlgorithm(AtomicSaves):
     def _share_state(self) -> None:
         """Move everything the workers update (parameters, optimizer statistics) to shared memory."""
 
-    def _log_extra(self) -> None:
-        """Record algorithm-specific values before a log dump."""
-
     # --- learn --------------------------------------------------------------------------------------------------
 
     def _ensure_env(self) -> None:
@@ -464,7 +384,7 @@ class AsyncAlgorithm(AtomicSaves):
         callback.on_training_start(locals(), globals())
         self._share_state()
         specs = self._worker_specs()
-        latest_obs = _shared_obs_buffer(self.observation_space, self.n_envs)
+        latest_obs = shared_obs_buffer(self.observation_space, self.n_envs)
         normalization = self._share_normalization(len(specs))
         for spec in specs:
             spec.shared["latest_obs"] = latest_obs
@@ -526,124 +446,3 @@ class AsyncAlgorithm(AtomicSaves):
             n_steps=n_steps,
             gamma=gamma,
         )
-
-    def _iteration_steps(self) -> int:
-        return self.n_envs * int(getattr(self, "n_steps", 1))
-
-    def _supervise(
-        self, runtime: Runtime, callback: BaseCallback, total_timesteps: int, log_interval: int, latest_obs: Any
-    ) -> None:
-        """Turn the workers' progress into SB3's ``learn()`` loop: one ``on_step()`` per ``n_envs`` global steps while
-        ``num_timesteps < total_timesteps`` (SB3's loop condition, so a progress bar ends at ``total_timesteps``). Steps
-        the workers take after that (the end of their last segment) are counted once they have finished.
-
-        When a callback stops training, the workers are asked to stop and their last messages are still received
-        (every message exactly once): the learner no longer updates, but its replay gets every transition sent and
-        the rollout statistics every episode finished."""
-        n_envs = self.n_envs
-        start = self.num_timesteps
-        # Episodes the workers reported, per env, oldest first: each callback step shows at most one per env (SB3's
-        # `dones` are per env), so a backlog drains in O(n_envs) per step, however far the main process lags behind.
-        pending: list[deque[dict[str, Any]]] = [deque() for _ in range(n_envs)]
-        waiting: set[int] = set()
-        iteration_steps = self._iteration_steps()
-        next_log = start + iteration_steps * log_interval
-        self._train_stats = {}
-        stopping, stop_deadline = False, math.inf
-        while True:
-            try:
-                messages = runtime.poll(timeout=0.02 if stopping else self._learner_step())
-            except WorkerError as error:
-                self._on_worker_error(runtime, error)
-                messages = []
-            for rank, kind, data in messages:
-                if kind == "stats":
-                    for env_index, entry in data["episodes"]:
-                        pending[env_index].append(entry)
-                        waiting.add(env_index)
-                    if data["train"]:
-                        self._train_stats[rank] = data["train"]
-                else:
-                    self._on_message(rank, kind, data)
-            target = start + runtime.steps()
-            finished = not runtime.running()
-            if stopping:
-                if finished or time.monotonic() > stop_deadline:  # past the deadline, close() ends them
-                    break
-                continue
-            new_obs = _read_obs(latest_obs) if self._callback_step_due(target, finished, total_timesteps) else None
-            keep_going = True
-            while keep_going and self._callback_step_due(target, finished, total_timesteps):
-                self.num_timesteps = min(self.num_timesteps + n_envs, target) if finished else self.num_timesteps + n_envs
-                dones = np.zeros(n_envs, dtype=bool)
-                infos: list[dict[str, Any]] = [{} for _ in range(n_envs)]
-                for env_index in list(waiting):
-                    dones[env_index] = True
-                    infos[env_index] = pending[env_index].popleft()
-                    if not pending[env_index]:
-                        waiting.discard(env_index)
-                self._update_info_buffer(infos, dones)
-                self._episode_num += int(dones.sum())
-                callback.update_locals(dict(dones=dones, infos=infos, new_obs=new_obs, rewards=None))
-                keep_going = callback.on_step()
-                if self.num_timesteps >= next_log:
-                    next_log += iteration_steps * log_interval
-                    self.dump_logs()
-            self._current_progress_remaining = max(0.0, 1.0 - self.num_timesteps / total_timesteps)
-            if not keep_going:
-                runtime.request_stop()
-                stopping, stop_deadline = True, time.monotonic() + _STOP_SECONDS
-                continue
-            if finished:
-                break
-        # Episodes that ended in the workers' last segments (after the last callback) still count in the rollout
-        # statistics, and their steps in num_timesteps; _episode_num stays the count the callbacks saw.
-        self._update_info_buffer([entry for queue in pending for entry in queue])
-        self.num_timesteps = max(self.num_timesteps, start + runtime.steps())
-
-    def _callback_step_due(self, target: int, finished: bool, total_timesteps: int) -> bool:
-        """Whether the workers' ``target`` global steps owe the callbacks another ``on_step()``."""
-        if self.num_timesteps >= total_timesteps:
-            return False
-        return target >= self.num_timesteps + self.n_envs or (finished and target > self.num_timesteps)
-
-    def _learner_step(self) -> float:
-        """Work of a learner in the main process (Ape-X), between two polls; returns how long the next poll may wait."""
-        return 0.02
-
-    def _on_worker_error(self, runtime: Runtime, error: WorkerError) -> None:
-        """A worker died: raise (A3C, the async Q family), or restart it with ``runtime.restart`` (Ape-X's actors)."""
-        raise error
-
-    def _on_message(self, rank: int, kind: str, data: Any) -> None:
-        raise RuntimeError(f"Unexpected message {kind!r} from worker {rank}")
-
-    def dump_logs(self) -> None:
-        """Write the log (SB3's ``dump_logs()``, which ``LogEveryNTimesteps`` calls): rollout statistics, fps since
-        the start of this ``learn()`` call, and the workers' latest training metrics."""
-        elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
-        fps = int((self.num_timesteps - self._num_timesteps_at_start) / elapsed)
-        assert self.ep_info_buffer is not None
-        if len(self.ep_info_buffer) > 0:
-            self.logger.record("rollout/ep_rew_mean", safe_mean([ep["r"] for ep in self.ep_info_buffer]))
-            self.logger.record("rollout/ep_len_mean", safe_mean([ep["l"] for ep in self.ep_info_buffer]))
-        if self.ep_success_buffer:
-            self.logger.record("rollout/success_rate", safe_mean(self.ep_success_buffer))
-        self.logger.record("time/fps", fps)
-        self.logger.record("time/time_elapsed", int(elapsed), exclude="tensorboard")
-        self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
-        self.logger.record("train/learning_rate", self.lr_schedule(self._current_progress_remaining))
-        keys = sorted({key for stats in self._train_stats.values() for key in stats})
-        for key in keys:
-            values = [stats[key] for stats in self._train_stats.values() if key in stats]
-            self.logger.record(f"train/{key}", float(np.mean(values)))
-        self._log_extra()
-        self.logger.dump(step=self.num_timesteps)
-
-    def _update_info_buffer(self, infos: list[dict[str, Any]], dones: np.ndarray | None = None) -> None:
-        assert self.ep_info_buffer is not None and self.ep_success_buffer is not None
-        for info in infos:
-            if "episode" in info:
-                self.ep_info_buffer.append(info["episode"])
-            if "is_success" in info:
-                self.ep_success_buffer.append(info["is_success"])

@@ -22,11 +22,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from sb3_async.common.async_algorithm import AsyncAlgorithm, StatsReporter, WorkerPolicyConfig
+from sb3_async.common.async_algorithm import AsyncAlgorithm
 from sb3_async.common.observations import check_finite_observations
 from sb3_async.common.optimizers import OPTIMIZER_NAMES, AsyncOptimizer, WorkerOptimizer, as_async_optimizer, make_optimizer
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.torch_utils import build_worker_policy, clip_grad_norm, to_tensor
+from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig
 from sb3_async.runtime import WorkerContext
 from sb3_async.validation import check_float
 

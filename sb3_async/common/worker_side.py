@@ -1,0 +1,107 @@
+"""What the workers run of the framework, and the channel they report through.
+
+A worker gets a :class:`WorkerPolicyConfig` (each algorithm's worker config extends it) and reports back through a
+:class:`StatsReporter`: episode and training statistics as ``"stats"`` messages, the latest observation of each of
+its envs in a shared buffer (:func:`shared_obs_buffer`), which the main process reads (:func:`read_obs`) as the
+callbacks' ``new_obs``. Both ends of that buffer live here, so its layout is defined once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.type_aliases import Schedule
+
+from sb3_async.common.worker_envs import EnvRecipe
+from sb3_async.runtime import WorkerContext
+
+__all__ = ["StatsReporter", "WorkerPolicyConfig", "read_obs", "shared_obs_buffer", "write_obs"]
+
+
+@dataclass
+class WorkerPolicyConfig:
+    """What every worker needs to rebuild its envs and its copy of the policy; each algorithm's worker config adds its
+    own hyperparameters (gradient-sharing workers: ``HogwildWorkerConfig``; Ape-X actors: ``ApeXActorConfig``)."""
+
+    env_recipe: EnvRecipe
+    n_envs: int
+    policy_class: type
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    policy_kwargs: dict[str, Any]
+    lr_schedule: Schedule
+    n_steps: int
+    gamma: float
+
+
+def shared_obs_buffer(space: spaces.Space, n_envs: int) -> Any:
+    """Shared tensors holding the latest observation of every env (dict observations key by key)."""
+    if isinstance(space, spaces.Dict):
+        return {key: shared_obs_buffer(sub, n_envs) for key, sub in space.spaces.items()}
+    return torch.from_numpy(np.zeros((n_envs, *(space.shape or ())), dtype=space.dtype)).share_memory_()
+
+
+def write_obs(buffer: Any, offset: int, obs: Any) -> None:
+    """Write a worker's observations (``len(obs)`` envs) into ``buffer`` from env ``offset`` on."""
+    if isinstance(buffer, dict):
+        for key, value in buffer.items():
+            write_obs(value, offset, obs[key])
+        return
+    obs = np.asarray(obs)
+    buffer[offset : offset + len(obs)].copy_(torch.from_numpy(obs).reshape(len(obs), *buffer.shape[1:]))
+
+
+def read_obs(buffer: Any) -> Any:
+    """A private copy of every env's latest observation: the workers keep writing the buffer."""
+    if isinstance(buffer, dict):
+        return {key: read_obs(value) for key, value in buffer.items()}
+    return buffer.numpy().copy()
+
+
+class StatsReporter:
+    """Worker side of the statistics flow: episodes and training metrics sent in batches, the latest observation
+    written to shared memory (``ctx.shared["latest_obs"]``, the callbacks' ``new_obs``) at the same rhythm.
+
+    :param ctx: the worker's context
+    :param env_offset: global index of this worker's first env
+    :param interval: seconds between two messages
+    """
+
+    def __init__(self, ctx: WorkerContext, env_offset: int, interval: float = 0.05):
+        self.ctx, self.env_offset, self.interval = ctx, env_offset, interval
+        self._episodes: list[tuple[int, dict[str, Any]]] = []
+        self._train: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+        self._next = time.monotonic() + interval
+        self._obs_buffer = ctx.shared.get("latest_obs")
+
+    def record_infos(self, dones: np.ndarray, infos: list[dict[str, Any]]) -> None:
+        for i in np.flatnonzero(dones):
+            info = infos[i]
+            episode = info.get("episode")
+            if episode is not None:
+                entry = dict(episode=episode)
+                if "is_success" in info:
+                    entry["is_success"] = info["is_success"]
+                self._episodes.append((self.env_offset + int(i), entry))
+
+    def record_train(self, **metrics: float) -> None:
+        for key, value in metrics.items():
+            self._train[key] = self._train.get(key, 0.0) + float(value)
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def maybe_flush(self, obs: Any, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now < self._next:
+            return
+        self._next = now + self.interval
+        train = {key: value / self._counts[key] for key, value in self._train.items()}
+        if self._obs_buffer is not None:
+            write_obs(self._obs_buffer, self.env_offset, obs)
+        self.ctx.send("stats", dict(episodes=self._episodes, train=train))
+        self._episodes, self._train, self._counts = [], {}, {}
