@@ -4,9 +4,10 @@ Names are imported lazily (PEP 562), so that a process that only needs a torch-f
 :class:`AsyncEnvPool`) does not pay for importing torch.
 """
 
-import importlib
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sb3_async.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sb3_async.a3c import A3C
@@ -49,23 +50,10 @@ _LAZY = {
     "WorkerError": "sb3_async.runtime.processes",
 }
 
-
+#: Subpackages reachable as attributes: ``import sb3_async; sb3_async.a3c`` worked when this module imported everything.
 _SUBMODULES = ("a3c", "ae_ddpg", "apex", "async_q", "benchmark", "common", "enjoy", "record_video", "train", "zoo")
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    if name in _SUBMODULES:  # `import sb3_async; sb3_async.a3c` worked when this module imported everything
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY, _SUBMODULES)
 
 __all__ = [
     "A3C",

@@ -110,6 +110,20 @@ def test_import_exposes_every_name_and_the_pool_module_is_torch_free():
     assert result.stdout.split()[0] == "False"
 
 
+def test_lazy_exports_import_a_name_on_first_access_and_keep_it():
+    from sb3_async.lazy import lazy_exports
+
+    namespace = {"__name__": "sb3_async", "here": 1}
+    getattr_, dir_ = lazy_exports(namespace, {"check_int": "sb3_async.validation"}, ["zoo"])
+    assert "check_int" not in namespace and dir_() == ["__name__", "check_int", "here"]
+    from sb3_async.validation import check_int
+
+    assert getattr_("check_int") is check_int and namespace["check_int"] is check_int  # kept: no second lookup
+    assert getattr_("zoo") is sys.modules["sb3_async.zoo"]
+    with pytest.raises(AttributeError, match="module 'sb3_async' has no attribute 'nothing'"):
+        getattr_("nothing")
+
+
 def test_env_workers_do_not_import_torch():
     result = run_script(
         """

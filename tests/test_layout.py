@@ -71,7 +71,7 @@ def test_no_module_imports_its_way_back_to_itself():
 #: The layers, bottom first (docs/design.md, "Layers"): a module imports only from its own folder and from folders of
 #: lower layers. A name is a top-level module or folder of the package; under ``common/`` each subfolder is its own.
 LAYERS: list[set[str]] = [
-    {"validation"},  # argument checks
+    {"validation", "lazy"},  # argument checks, lazy re-exports
     {"runtime"},  # processes and Ray actors: start, supervise, stop
     {"env_pool"},  # AsyncEnvPool and its transport
     {"common/buffers"},  # replay buffers (usable with stock SB3)

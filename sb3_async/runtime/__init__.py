@@ -19,8 +19,9 @@ torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sb3_async.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sb3_async.runtime.base import Runtime, WorkerContext, WorkerSpec, restart_seed, worker_seed
@@ -51,13 +52,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)
