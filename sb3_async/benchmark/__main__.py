@@ -8,6 +8,7 @@ Examples::
     python -m sb3_async.benchmark --report benchmarks/results/cartpole     # results.md and plots from results.json
     python -m sb3_async.benchmark --merge /tmp/s0 /tmp/s12 --out benchmarks/results/x  # seeds run apart, one table
     python -m sb3_async.benchmark --suite cartpole --algos a3c,torchrl_ppo --peer-python peers=.venv-peers/bin/python
+    python -m sb3_async.benchmark --suite pong --peers-from benchmarks/peers --algos a3c,sf_appo,torchrl_ppo --seeds 3
 """
 
 from __future__ import annotations
@@ -22,18 +23,23 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from sb3_async.benchmark.registry import get_algorithm
+from sb3_async.benchmark.registry import get_algorithm, load_peers
 from sb3_async.benchmark.suites import get_suite, list_suites, plan_runs, select_algorithms
 
 
 def _list() -> str:
     lines = []
     for suite in list_suites():
-        runs = plan_runs(suite)
+        try:
+            runs = len(plan_runs(suite))
+        except ValueError as error:  # e.g. a peer registered by --peers-from whose environment is not built
+            runs, error_text = 0, f": {error}"
+        else:
+            error_text = ""
         budget = f", at most {suite.budget_seconds:g} s of training each" if suite.budget_seconds else ""
         algos = ", ".join(select_algorithms(suite))
         lines.append(f"{suite.name:<12} {suite.description}")
-        lines.append(f"{'':<12} {len(runs)} runs ({algos}; {suite.seeds} seed(s)){budget}")
+        lines.append(f"{'':<12} {runs} runs ({algos}; {suite.seeds} seed(s)){budget}{error_text}")
     return "\n".join(lines)
 
 
@@ -82,8 +88,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="the interpreter of an external peer's environment, by environment name (peers, sf) or peer name; "
         "repeatable (default: .venv-NAME/bin/python at the repository's root)",
     )
+    parser.add_argument(
+        "--peers-from",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="register the external peers of DIR (its registry.py: adapters of other libraries; the repository's are "
+        "in benchmarks/peers); repeatable",
+    )
     parser.add_argument("--list", action="store_true", help="list the suites and exit")
-    parser.add_argument("--report", type=Path, metavar="DIR", help="re-render DIR/results.md and plots from DIR/results.json")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
+        help="re-render DIR/results.md and plots from DIR/results.json (with --markdown: print a published table; "
+        "several DIRs for --table summary)",
+    )
+    parser.add_argument(
+        "--markdown", action="store_true", help="with --report: print a published table (Markdown) to stdout, write nothing"
+    )
+    parser.add_argument(
+        "--table",
+        choices=("ratios", "envs", "score", "final", "summary"),
+        help="with --report --markdown: which table (default: ratios for races to a threshold, score for fixed budgets)",
+    )
+    parser.add_argument(
+        "--sync-docs",
+        action="store_true",
+        help="rewrite every generated table of README.md and docs/ (<!-- generated: ... --> blocks) from its folder",
+    )
+    parser.add_argument(
+        "--per-run-protocol",
+        action="store_true",
+        help="with --merge: let the parts' evaluation interval and budget differ (recorded per run)",
+    )
     parser.add_argument(
         "--merge",
         type=Path,
@@ -133,25 +173,48 @@ def sigterm_as_exit() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    for folder in args.peers_from:  # before anything names an algorithm
+        try:
+            load_peers(folder)
+        except ValueError as error:
+            parser.error(str(error))
     from sb3_async.benchmark.report import write_report
     from sb3_async.benchmark.runner import load_results, merge_results, run_suite, write_results
 
     if args.list:
         print(_list())
         return 0
-    if args.report is not None:
+    if args.sync_docs:
+        from sb3_async.benchmark.published import sync_docs
+
+        print("\n".join(str(path) for path in sync_docs(Path.cwd())))
+        return 0
+    if args.report is not None and args.markdown:
+        from sb3_async.benchmark.tables import render_folders
+
         try:
-            results = load_results(args.report)
+            print(render_folders(args.report, args.table), end="")
+        except (FileNotFoundError, ValueError) as error:
+            parser.error(str(error))
+        return 0
+    if args.report is not None:
+        if len(args.report) > 1:
+            parser.error("--report renders one folder (several only with --markdown --table summary)")
+        try:
+            results = load_results(args.report[0])
         except FileNotFoundError as error:
             parser.error(str(error))
-        written = write_report(results, args.report, plots=not args.no_plots)
+        written = write_report(results, args.report[0], plots=not args.no_plots)
         print("\n".join(str(path) for path in written))
         return 0
     if args.merge is not None:
         if args.out is None:
             parser.error("--merge needs --out DIR (the merged results.json and report go there)")
         try:
-            results = merge_results([load_results(folder) for folder in args.merge])
+            from sb3_async.benchmark.merging import merge_per_run
+
+            merge = merge_per_run if args.per_run_protocol else merge_results
+            results = merge([load_results(folder) for folder in args.merge])
         except (FileNotFoundError, ValueError) as error:
             parser.error(str(error))
         args.out.mkdir(parents=True, exist_ok=True)

@@ -15,83 +15,37 @@ Rules, stated again in every report:
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sb3_async.benchmark.stats import (
-    GroupStats,
-    best_evaluation,
-    group_stats,
-    median_of,
-    ratio,
-    ratio_rows,
-    sweep_axes,
+from sb3_async.benchmark.cells import (
+    MEDIAN_RULE,
+    MEMORY_RULE,
+    NOT_REACHED,
+    describe_ratio,
+    fmt_final,
+    fmt_memory,
+    fmt_number,
+    fmt_seconds,
+    fmt_steps,
 )
+from sb3_async.benchmark.cells import seeds_cell as _seeds
+from sb3_async.benchmark.cells import table as _table
+from sb3_async.benchmark.stats import GroupStats, best_evaluation, group_stats, median_of, ratio_rows, sweep_axes
 
-NOT_REACHED = "n/r"
-
-
-def describe_ratio(ours: float | None, peer: float | None) -> str:
-    """The ratio as shown in a table: a number, or which side did not reach the threshold."""
-    value = ratio(ours, peer)
-    if value is not None:
-        return f"{value:.2f}"
-    if ours is None and peer is None:
-        return "both n/r"
-    if ours is None:
-        return "ours n/r"
-    return "peer n/r"
-
-
-# --- formatting ---------------------------------------------------------------------------------------------------------
-
-
-def fmt_seconds(value: float | None) -> str:
-    return NOT_REACHED if value is None else f"{value:.1f}"
-
-
-def fmt_steps(value: float | None) -> str:
-    return NOT_REACHED if value is None else f"{value:,.0f}"
-
-
-def fmt_number(value: float | None, digits: int = 0) -> str:
-    return "—" if value is None else f"{value:,.{digits}f}"
-
-
-def fmt_memory(stat: GroupStats) -> str:
-    if stat.peak_rss_mb is None:
-        return "—"
-    pss = "" if stat.peak_pss_mb is None else f" ({stat.peak_pss_mb:,.0f})"
-    return f"{stat.peak_rss_mb:,.0f}{pss}"
-
-
-def fmt_final(stat: GroupStats) -> str:
-    if stat.final_mean is None:
-        return "—"
-    return f"{stat.final_mean:.1f} ± {stat.final_std or 0.0:.1f}"
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
-
-
-def _seeds(stat: GroupStats) -> str:
-    text = f"{stat.reached}/{stat.runs - stat.errors}"
-    return text + (f" ({stat.errors} crashed)" if stat.errors else "")
-
-
-MEDIAN_RULE = (
-    "Medians are over seeds; a seed that did not reach the threshold counts as infinitely slow, so a median is a "
-    "measured value only when more than half of the seeds reached the threshold, and n/r (not reached) otherwise."
-)
-MEMORY_RULE = (
-    "Peak MB: resident memory of the run's whole process tree (main process, forkserver, workers), sampled every "
-    "0.5 s: RSS, and in parentheses PSS (sampled every 5 s and at each evaluation), which counts the pages that "
-    "processes share (libraries, shared parameters) once where RSS counts them in every process."
-)
+__all__ = [
+    "MEDIAN_RULE",
+    "MEMORY_RULE",
+    "NOT_REACHED",
+    "describe_ratio",
+    "fmt_final",
+    "fmt_memory",
+    "fmt_number",
+    "fmt_seconds",
+    "fmt_steps",
+    "render_markdown",
+    "write_report",
+]
 
 
 def _header(results: dict[str, Any]) -> list[str]:
@@ -157,7 +111,7 @@ def _protocol(results: dict[str, Any]) -> list[str]:
         + (
             f"n_timesteps / {suite['evals_per_run']} env steps (each run's interval in results.json), "
             if suite.get("evals_per_run")
-            else f"{suite['eval_interval']:,} env steps, "
+            else _per_run(suite, "eval_interval", "{:,} env steps") + ", "
         )
         + "on an eval env built by the RL Zoo with the training env's wrappers; evaluation time is off the clock "
         "(the async algorithms' workers are parked meanwhile)",
@@ -165,7 +119,12 @@ def _protocol(results: dict[str, Any]) -> list[str]:
         "time to threshold = the clock at the first evaluation whose mean reaches the threshold",
         f"- a run stops at the threshold{'' if suite['stop_at_threshold'] else ' (not used here: fixed budget)'}, at "
         + (f"{max_steps:,} env steps" if max_steps else "the config's `n_timesteps`")
-        + (f", or after {budget:g} s of training clock" if budget else ""),
+        + (f", or after {budget:g} s of training clock" if budget else "")
+        + (
+            ", or after " + _per_run(suite, "budget_seconds", "{:g}") + " s of training clock"
+            if _varies(suite, "budget_seconds")
+            else ""
+        ),
         f"- device {suite['device']}; torch threads in each run's main process: "
         f"{threads if threads else 'torch default'} (the async workers use one each)",
         "- hyperparameters: the RL Zoo's YAML files, exactly as its `train` reads them (overrides of this suite "
@@ -176,6 +135,18 @@ def _protocol(results: dict[str, Any]) -> list[str]:
         "",
     ]
     return lines
+
+
+def _varies(suite: dict[str, Any], field: str) -> bool:
+    return field in (suite.get("per_run") or {})
+
+
+def _per_run(suite: dict[str, Any], field: str, form: str) -> str:
+    """A protocol setting: the suite's, or (parts merged with ``--per-run-protocol``) the values its runs used."""
+    if not _varies(suite, field):
+        return form.format(suite[field])
+    values = suite["per_run"][field]
+    return " or ".join(form.format(value) for value in values) + " (per run: each run's value in results.json)"
 
 
 def _external_peers(results: dict[str, Any]) -> list[str]:

@@ -1,0 +1,319 @@
+"""The published tables: what ``python -m sb3_async.benchmark --report DIR... --markdown --table KIND`` prints, and
+what the README and the docs embed between ``<!-- generated: ... -->`` markers (:mod:`~sb3_async.benchmark.published`
+keeps those blocks equal to this output).
+
+Each table is computed from one results folder's ``results.json`` only, so that a ratio never divides seconds
+measured on two hosts; the cross-folder ``summary`` takes each row from one folder and only picks, between folders,
+the peer that does best against ours (by ratio, which is host-independent).
+
+Kinds:
+
+- ``ratios``: ours / peer of the median time to threshold, per env and pair (the race suites);
+- ``envs``: every algorithm of the folder, per env: time and steps to threshold, seeds reaching, final evaluation;
+- ``score``: the evaluation at the end of a fixed training budget (races run past the threshold, e.g. MuJoCo);
+- ``final``: the ``final`` kind: the model ``learn()`` returned against the best periodic evaluation;
+- ``summary``: one row per (task, ours) over several folders: ours, its best peer, the ratio, who is ahead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sb3_async.benchmark.cells import NOT_REACHED, describe_ratio, fmt_number, seeds_cell, table
+from sb3_async.benchmark.runner import load_results
+from sb3_async.benchmark.stats import GroupStats, best_evaluation, group_stats, median_of, ratio, ratio_rows
+
+KINDS = ("ratios", "envs", "score", "final", "summary")
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """Seconds below ten minutes, minutes above (Pong's races last half an hour)."""
+    if seconds is None:
+        return NOT_REACHED
+    return f"{seconds:.1f} s" if seconds < 600 else f"{seconds / 60:.1f} min"
+
+
+def peers_of(results: dict[str, Any]) -> dict[str, list[str]]:
+    """Who is compared with whom: as recorded with the results (else the registry's current table)."""
+    recorded = results["suite"].get("peers")
+    if recorded is not None:
+        return {name: list(peers) for name, peers in recorded.items()}
+    from sb3_async.benchmark.registry import ALGORITHMS
+
+    return {name: list(entry.peers) for name, entry in ALGORITHMS.items()}
+
+
+def default_kind(results: dict[str, Any]) -> str:
+    """The table a folder publishes when ``--table`` is not given."""
+    suite = results["suite"]
+    if suite["kind"] == "final":
+        return "final"
+    return "ratios" if suite.get("stop_at_threshold", True) else "score"
+
+
+def _runs_of(results: dict[str, Any], stat: GroupStats) -> list[dict[str, Any]]:
+    return [
+        run
+        for run in results["runs"]
+        if not run.get("error") and (run["env"], run["algo"], run["variant"]) == (stat.env, stat.algo, stat.variant)
+    ]
+
+
+def _budget(runs: Sequence[dict[str, Any]]) -> str:
+    budgets = sorted({float(run["budget_seconds"]) for run in runs if run.get("budget_seconds")})
+    return " or ".join(f"{value:g} s" if value < 600 else f"{value / 60:g} min" for value in budgets) or "—"
+
+
+def render_ratios(results: dict[str, Any]) -> list[str]:
+    rows = ratio_rows(group_stats(results["runs"]), peers_of(results))
+    if not rows:
+        raise ValueError(f"No pair of an sb3_async algorithm and its peer in suite {results['suite']['name']!r}")
+    return table(
+        [
+            "env (threshold)",
+            "ours",
+            "peer",
+            "ours: median time",
+            "peer: median time",
+            "ratio",
+            "env-steps ratio",
+            "seeds reaching (ours, peer)",
+        ],
+        (
+            [
+                f"{row.env} ({row.ours.threshold:g})",
+                row.ours.label,
+                row.peer.label,
+                fmt_duration(row.ours.median_seconds),
+                fmt_duration(row.peer.median_seconds),
+                f"**{describe_ratio(row.ours.median_seconds, row.peer.median_seconds)}**",
+                describe_ratio(row.ours.median_steps, row.peer.median_steps),
+                f"{seeds_cell(row.ours)}, {seeds_cell(row.peer)}",
+            ]
+            for row in rows
+        ),
+    )
+
+
+def render_envs(results: dict[str, Any]) -> list[str]:
+    stats = group_stats(results["runs"])
+    return table(
+        [
+            "env (threshold)",
+            "algorithm",
+            "library",
+            "median time to threshold",
+            "median env steps",
+            "seeds reaching",
+            "final evaluation: median",
+            "env steps/s",
+        ],
+        (
+            [
+                f"{stat.env} ({stat.threshold:g})",
+                stat.label,
+                stat.library,
+                fmt_duration(stat.median_seconds),
+                NOT_REACHED if stat.median_steps is None else f"{stat.median_steps:,.0f}",
+                seeds_cell(stat),
+                fmt_number(stat.final_mean, 1),
+                fmt_number(stat.steps_per_second),
+            ]
+            for stat in stats
+        ),
+    )
+
+
+def render_score(results: dict[str, Any]) -> list[str]:
+    stats = group_stats(results["runs"])
+    rows = []
+    for env in dict.fromkeys(stat.env for stat in stats):
+        ranked = sorted((s for s in stats if s.env == env), key=lambda s: -math.inf if s.final_mean is None else -s.final_mean)
+        for stat in ranked:
+            runs = _runs_of(results, stat)
+            scores = stat.final_means
+            rows.append(
+                [
+                    env,
+                    stat.label,
+                    stat.library,
+                    _budget(runs),
+                    f"**{fmt_number(stat.final_mean, 0)}**" if stat is ranked[0] else fmt_number(stat.final_mean, 0),
+                    "—" if not scores else f"{min(scores):,.0f} … {max(scores):,.0f}",
+                    f"{len(scores)}",
+                    fmt_number(median_of(run["env_steps"] for run in runs)),
+                    fmt_number(stat.steps_per_second),
+                ]
+            )
+    return table(
+        [
+            "env",
+            "algorithm",
+            "library",
+            "training budget",
+            "final evaluation: median",
+            "seeds: worst … best",
+            "seeds",
+            "median env steps",
+            "env steps/s",
+        ],
+        rows,
+    )
+
+
+def render_final(results: dict[str, Any]) -> list[str]:
+    stats = group_stats(results["runs"])
+    peers = peers_of(results)
+    episodes = results["suite"].get("final_eval_episodes")
+    rows = []
+    for stat in stats:
+        runs = _runs_of(results, stat)
+        finals = [run["final_policy"]["mean"] for run in runs if run.get("final_policy")]
+        bests = [point["mean"] for point in map(best_evaluation, runs) if point is not None]
+        train = median_of(run["train_seconds"] for run in runs)
+        peer_cells = []
+        for peer in peers.get(stat.algo, ()):
+            peer_runs = [r for r in results["runs"] if not r.get("error") and r["env"] == stat.env and r["algo"] == peer]
+            if peer_runs:
+                peer_cells.append(f"{describe_ratio(train, median_of(r['train_seconds'] for r in peer_runs))} vs {peer}")
+        rows.append(
+            [
+                stat.env,
+                stat.label,
+                stat.library,
+                fmt_number(median_of(finals), 1),
+                fmt_number(min(finals) if finals else None, 1),
+                f"{sum(value >= stat.threshold for value in finals)}/{len(finals)}",
+                fmt_number(median_of(bests), 1),
+                ", ".join(peer_cells) or "—",
+            ]
+        )
+    return table(
+        [
+            "env",
+            "algorithm",
+            "library",
+            f"final policy: median ({episodes} episodes)",
+            "worst seed",
+            "seeds ≥ threshold",
+            "best evaluation: median",
+            "training-time ratio",
+        ],
+        rows,
+    )
+
+
+@dataclass
+class SummaryRow:
+    """Ours against its toughest peer on one task, from one folder."""
+
+    task: str
+    ours: str
+    peer: str
+    ours_value: str
+    peer_value: str
+    ratio: str
+    ahead: str
+    toughness: float  # higher: the peer does better against ours
+
+
+def _time_rows(results: dict[str, Any]) -> list[SummaryRow]:
+    rows = []
+    for row in ratio_rows(group_stats(results["runs"]), peers_of(results)):
+        if row.ours.variant != "default":
+            continue
+        ours, peer = row.ours.median_seconds, row.peer.median_seconds
+        value = ratio(ours, peer)
+        if value is not None:
+            toughness, ahead = value, "yes" if value < 1 else "no"
+        elif ours is None and peer is None:
+            toughness, ahead = 1.0, "neither reached"
+        else:
+            toughness, ahead = (math.inf, "no") if ours is None else (-math.inf, "yes")
+        rows.append(
+            SummaryRow(
+                task=f"{row.env}: time to {row.ours.threshold:g}",
+                ours=row.ours.algo,
+                peer=row.peer.algo,
+                ours_value=f"{fmt_duration(ours)} ({row.ours.reached}/{row.ours.runs - row.ours.errors})",
+                peer_value=f"{fmt_duration(peer)} ({row.peer.reached}/{row.peer.runs - row.peer.errors})",
+                ratio=describe_ratio(ours, peer),
+                ahead=ahead,
+                toughness=toughness,
+            )
+        )
+    return rows
+
+
+def _score_rows(results: dict[str, Any]) -> list[SummaryRow]:
+    stats = group_stats(results["runs"])
+    peers = peers_of(results)
+    rows = []
+    for ours in stats:
+        if ours.library != "sb3_async" or ours.variant != "default" or ours.final_mean is None:
+            continue
+        for peer in stats:
+            if peer.env != ours.env or peer.algo not in peers.get(ours.algo, ()) or peer.final_mean is None:
+                continue
+            both_positive = ours.final_mean > 0 and peer.final_mean > 0
+            rows.append(
+                SummaryRow(
+                    task=f"{ours.env}: score after {_budget(_runs_of(results, ours))}",
+                    ours=ours.algo,
+                    peer=peer.algo,
+                    ours_value=f"{ours.final_mean:,.0f}",
+                    peer_value=f"{peer.final_mean:,.0f}",
+                    ratio=f"{ours.final_mean / peer.final_mean:.2f}" if both_positive else "—",
+                    ahead="yes" if ours.final_mean > peer.final_mean else "no",
+                    toughness=peer.final_mean - ours.final_mean,
+                )
+            )
+    return rows
+
+
+def render_summary(folders: Sequence[dict[str, Any]]) -> list[str]:
+    best: dict[tuple[str, str], SummaryRow] = {}
+    for results in folders:
+        if results["suite"]["kind"] != "race":
+            continue
+        rows = _time_rows(results) if results["suite"].get("stop_at_threshold", True) else _score_rows(results)
+        for row in rows:
+            key = (row.task, row.ours)
+            if key not in best or row.toughness > best[key].toughness:
+                best[key] = row
+    if not best:
+        raise ValueError("No race with a pair of an sb3_async algorithm and its peer in these folders")
+    return table(
+        ["task", "ours", "best peer", "ours: result", "peer: result", "ratio (ours / peer)", "ours ahead"],
+        ([row.task, row.ours, row.peer, row.ours_value, row.peer_value, row.ratio, row.ahead] for row in best.values()),
+    )
+
+
+RENDERERS = {"ratios": render_ratios, "envs": render_envs, "score": render_score, "final": render_final}
+
+
+def render_results(folders: Sequence[dict[str, Any]], kind: str | None = None) -> str:
+    """The Markdown of one published table (a trailing newline, nothing around the table).
+
+    :raises ValueError: an unknown kind, several folders for a one-folder kind, or a folder without what the kind
+        shows
+    """
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"Invalid table {kind!r}: expected one of {', '.join(KINDS)}")
+    if kind == "summary":
+        return "\n".join(render_summary(folders)) + "\n"
+    if len(folders) != 1:
+        raise ValueError(
+            f"Table {kind or 'default'!r} reads one results folder, got {len(folders)} (only 'summary' reads several)"
+        )
+    results = folders[0]
+    return "\n".join(RENDERERS[kind or default_kind(results)](results)) + "\n"
+
+
+def render_folders(folders: Sequence[str | Path], kind: str | None = None) -> str:
+    """:func:`render_results` of the ``results.json`` of these folders."""
+    return render_results([load_results(folder) for folder in folders], kind)
