@@ -543,8 +543,33 @@ def test_envs_have_the_protocol_thresholds() -> None:
     assert thresholds == {"CartPole-v1": 475, "LunarLander-v3": 200, "Pendulum-v1": -200, "HalfCheetah-v5": 3000,
                           "Hopper-v5": 3000, "Walker2d-v5": 3000, "PongNoFrameskip-v4": 18,
                           "CartPoleNoVel-v1": 475}  # fmt: skip
-    for entry in registry.ALGORITHMS.values():
-        assert set(entry.envs) <= set(registry.ENVS)
-        assert entry.config_path().is_file(), entry
-        for peer in entry.peers:
-            assert registry.get_algorithm(peer).library in ("sb3", "external")
+    algorithms = dict(registry._ALGORITHMS)
+    try:
+        external = set(registry.load_peers(REPO / "benchmarks" / "peers"))  # --peers-from benchmarks/peers
+        for entry in registry.ALGORITHMS.values():
+            assert set(entry.envs) <= set(registry.ENVS)
+            assert entry.config_path().is_file(), entry
+            for peer in entry.peers:  # every peer named is SB3's, or one of the repository's external peers
+                assert registry.get_algorithm(peer).library == ("external" if peer in external else "sb3"), peer
+    finally:
+        registry._ALGORITHMS.clear()
+        registry._ALGORITHMS.update(algorithms)
+    assert not external & set(registry.ALGORITHMS)  # the package itself registers none of them
+
+
+def test_suites_of_former_scripts_are_registered() -> None:
+    """The AE-DDPG sample-efficiency questions and the Pong race are suites of the tool (no script registers them)."""
+    efficiency = suites.plan_runs(suites.get_suite("ae_ddpg_sample_efficiency"), seeds=1)
+    assert [(run.algo, run.params) for run in efficiency] == [
+        (algo, {"learning_starts": n}) for algo in ("ae_ddpg", "ddpg") for n in (1000, 10_000)
+    ]  # fmt: skip
+    assert all(run.eval_interval == 1000 and run.threshold == -200 for run in efficiency)
+    cheetah = suites.plan_runs(suites.get_suite("ae_ddpg_halfcheetah_sample_efficiency"), seeds=1)
+    assert [run.algo for run in cheetah] == ["ae_ddpg", "ddpg"] and cheetah[1].config_alias == "HalfCheetah-v4"
+    updates = suites.plan_runs(suites.get_suite("ae_ddpg_halfcheetah_updates"), algos=["ae_ddpg", "ddpg"], seeds=1)
+    assert [(run.algo, run.params) for run in updates] == [
+        ("ae_ddpg", {"updates_per_transition": 2.0}), ("ae_ddpg", {"updates_per_transition": 4.0}), ("ddpg", {})
+    ]  # fmt: skip
+    pong = suites.get_suite("pong")
+    assert (pong.envs, pong.eval_interval, pong.kind) == (("PongNoFrameskip-v4",), 250_000, "race")
+    assert suites.select_algorithms(pong, ["a3c", "a2c"]) == ["a3c", "a2c"]  # SB3's A2C when named

@@ -1,8 +1,8 @@
 """External peers in the benchmark: the peer protocol (clock, evaluation off the clock, stop rules), a peer run end to
 end through the CLI in a fresh process (``fixed_policy``, a real adapter that learns nothing: no library needed),
-failures recorded, the interpreters resolved, and the adapters never imported by the benchmark. The real peers' runs
-need their own environments (``benchmarks/peers/make_peer_venvs.sh``, ``benchmarks/peers/make_sf_venv.sh``) and skip
-without them."""
+failures recorded, the interpreters resolved, the repository's peers registered by ``--peers-from benchmarks/peers``
+only, and the adapters never imported by the benchmark. The real peers' runs need their own environments
+(``benchmarks/peers/make_peer_venvs.sh``, ``benchmarks/peers/make_sf_venv.sh``) and skip without them."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ from sb3_async.benchmark.runner import Progress, execute, run_command
 from sb3_async.benchmark.stats import group_stats, ratio_rows
 
 REPO = Path(__file__).resolve().parent.parent
+#: The repository's external peers: adapters of other libraries, out of the package, and their registry.py.
+PEERS = REPO / "benchmarks" / "peers"
 PEERS_PYTHON = REPO / ".venv-peers" / "bin" / "python"
 SF_PYTHON = REPO / ".venv-sf" / "bin" / "python"
 #: A suite of each env a peer is registered for (the real peers' short runs take its protocol).
@@ -41,6 +43,36 @@ SUITE_OF = {
     "Walker2d-v5": "mujoco",
     "PongNoFrameskip-v4": "atari",
 }
+
+
+def _repository_peers() -> dict[str, registry.AlgorithmEntry]:
+    """The entries ``--peers-from benchmarks/peers`` registers, read with the registry restored after."""
+    algorithms = dict(registry._ALGORITHMS)
+    try:
+        return {name: registry.get_algorithm(name) for name in registry.load_peers(PEERS)}
+    finally:
+        registry._ALGORITHMS.clear()
+        registry._ALGORITHMS.update(algorithms)
+
+
+REPOSITORY_PEERS = _repository_peers()
+
+
+@pytest.fixture
+def repository_peers() -> Any:
+    """The repository's peers registered (as ``--peers-from benchmarks/peers`` does), for one test."""
+    algorithms = dict(registry._ALGORITHMS)
+    registry.load_peers(PEERS)
+    yield
+    registry._ALGORITHMS.clear()
+    registry._ALGORITHMS.update(algorithms)
+
+
+def _adapter(name: str) -> Any:
+    """An adapter script of ``benchmarks/peers`` imported as a module (its library is imported only when it trains)."""
+    if str(PEERS) not in sys.path:
+        sys.path.insert(0, str(PEERS))  # as when it runs: its folder on the path (its helpers, e.g. _tianshou)
+    return importlib.import_module(name)
 
 
 @pytest.fixture
@@ -131,7 +163,7 @@ def test_peer_run_evaluates_on_the_adapters_env(fixed_policy: Any) -> None:
 def test_sample_factory_command_line_leaves_out_the_examples_defaults() -> None:
     """Settings equal to the example parser's defaults stay off the command line (Sample Factory's parser rejects some
     of them, ``lr_schedule=linear_decay``); lists are space-separated; the adapter's own settings never go."""
-    from sb3_async.benchmark.peers.sf_appo import sf_argv
+    sf_argv = _adapter("sf_appo").sf_argv
 
     settings = dict(lr_schedule="linear_decay", encoder_mlp_layers=[64, 64], num_workers=2, n_timesteps=10)
     argv = sf_argv("Pendulum-v1", settings, 3, "/tmp/td", defaults=dict(lr_schedule="linear_decay", num_workers=8))
@@ -147,7 +179,7 @@ def test_sample_factory_heartbeats_do_not_count_the_time_we_suspended_its_worker
     stops the training as stuck if none came for ``heartbeat_reporting_interval`` (180 s), as it did after a
     4-minute evaluation on Pong. Thawing returns how long they were suspended, and each recorded heartbeat moves by
     that much (one not yet received stays ``None``)."""
-    from sb3_async.benchmark.peers import sf_appo
+    sf_appo = _adapter("sf_appo")
 
     heartbeats: dict[Any, dict[str, float | None]] = {"Rollout": {"w0": 100.0, "w1": None}, "Learner": {"l": 90.0}}
     sf_appo.excuse_suspension(heartbeats, 240.0)
@@ -229,7 +261,9 @@ def test_a_failing_peer_is_recorded_with_its_error(fixed_policy: Any, tmp_path: 
 # --- the plan: interpreters, pairing, nothing imported -----------------------------------------------------------
 
 
-def test_peers_run_under_their_own_python_and_pair_with_ours(fixed_policy: Any, tmp_path: Path) -> None:
+def test_peers_run_under_their_own_python_and_pair_with_ours(
+    fixed_policy: Any, repository_peers: None, tmp_path: Path
+) -> None:
     spec = _spec()
     assert (spec.adapter, spec.python, spec.library) == ("sb3_async.benchmark.peers.fixed_policy", sys.executable, "external")
     command, env = run_command(spec, tmp_path / "s.json", tmp_path / "r.json")
@@ -237,6 +271,11 @@ def test_peers_run_under_their_own_python_and_pair_with_ours(fixed_policy: Any, 
     assert env["PYTHONPATH"].split(":")[0] == str(REPO)  # this checkout's protocol, whatever the peer's env holds
     ours, _ = run_command(suites.RunSpec.from_dict({**spec.to_dict(), "adapter": None}), tmp_path / "s", tmp_path / "r")
     assert ours[1:3] == ["-m", "sb3_async.benchmark.run_one"]
+    # an adapter script: run as a script, its folder on the path after this checkout
+    script = str(PEERS / "torchrl_ppo.py")
+    command, env = run_command(suites.RunSpec.from_dict({**spec.to_dict(), "adapter": script}), tmp_path / "s", tmp_path / "r")
+    assert command == [sys.executable, script, str(tmp_path / "s"), str(tmp_path / "r")]
+    assert env["PYTHONPATH"].split(":")[:2] == [str(REPO), str(PEERS)]
     # by peer name before environment name; a missing interpreter names the option and the script
     other = suites.peer_python(fixed_policy, {"peers": "/nope/python", "fixed_policy": sys.executable})
     assert other == sys.executable
@@ -271,6 +310,75 @@ def test_peers_run_under_their_own_python_and_pair_with_ours(fixed_policy: Any, 
     ]  # fmt: skip
     (row,) = ratio_rows(group_stats(records), {"a3c": list(registry.peers_of("a3c"))})
     assert (row.ours.algo, row.peer.algo, row.seconds_ratio) == ("a3c", "fixed_policy", 0.25)
+
+
+def test_the_repository_peers_join_with_peers_from_only(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without ``--peers-from`` the adapters of other libraries are unknown, and the error says how to register them;
+    with it, the ``pong`` suite races A3C in 2 workers x 8 envs against Sample Factory and TorchRL."""
+    assert not any(entry.is_external for entry in registry.ALGORITHMS.values())
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--suite", "pong", "--algos", "a3c,sf_appo,torchrl_ppo", "--no-plots"])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Unknown algorithm 'sf_appo'" in error and "--peers-from benchmarks/peers" in error
+    with pytest.raises(SystemExit):
+        main(["--peers-from", str(PEERS.parent), "--list"])  # a folder without registry.py
+    assert "Invalid --peers-from" in capsys.readouterr().err
+    (alone,) = suites.plan_runs(suites.get_suite("pong"), seeds=1)  # no peer registered: A3C alone
+    assert (alone.algo, alone.variant) == ("a3c", "2 workers x 8 envs")
+
+    algorithms = dict(registry._ALGORITHMS)
+    try:
+        assert main(["--peers-from", str(PEERS), "--list"]) == 0  # their venvs are not needed to list the suites
+        assert "pong" in capsys.readouterr().out
+        pythons = {"peers": sys.executable, "sf": sys.executable}
+        runs = suites.plan_runs(suites.get_suite("pong"), seeds=2, pythons=pythons)
+    finally:
+        registry._ALGORITHMS.clear()
+        registry._ALGORITHMS.update(algorithms)
+    assert [(run.seed, run.algo) for run in runs] == [
+        (seed, algo) for seed in (0, 1) for algo in ("a3c", "torchrl_ppo", "sf_appo")
+    ]  # fmt: skip
+    a3c, torchrl_ppo, sf_appo = runs[:3]
+    assert a3c.params == {"n_envs": 16, "n_workers": 2, "n_envs_per_worker": 8} and a3c.axes == {"layout": "2x8"}
+    assert a3c.run_id == "PongNoFrameskip-v4-a3c-2_workers_x_8_envs-s0" and a3c.threshold == 18
+    assert all(run.eval_interval == 250_000 and run.torch_threads is None and run.stop_at_threshold for run in runs)
+    assert (torchrl_ppo.adapter, sf_appo.adapter) == (str(PEERS / "torchrl_ppo.py"), str(PEERS / "sf_appo.py"))
+    assert torchrl_ppo.params == {} and sf_appo.python == sys.executable
+
+
+def test_a_folder_of_peers_runs_its_adapter_script(tmp_path: Path) -> None:
+    """``--peers-from DIR``: DIR/registry.py registers an adapter script of DIR, which runs as a script in a fresh
+    process and imports a helper module of its own folder and the protocol from this checkout."""
+    folder = tmp_path / "my_peers"
+    folder.mkdir()
+    (folder / "registry.py").write_text(
+        "from pathlib import Path\n"
+        "from sb3_async.benchmark.registry import register_algorithm\n"
+        "register_algorithm('my_peer', 'external', envs=('CartPole-v1',),"
+        " adapter=str(Path(__file__).parent / 'my_peer.py'))\n"
+    )
+    (folder / "_helper.py").write_text("LIBRARY = 'gymnasium'\n")
+    (folder / "my_peer.py").write_text(
+        "import sys\n"
+        "from _helper import LIBRARY\n"
+        "from sb3_async.benchmark.peers.fixed_policy import HYPERPARAMETERS, SOURCES, train\n"
+        "from sb3_async.benchmark.peers.protocol import main\n"
+        "if __name__ == '__main__':\n"
+        "    sys.exit(main(train, LIBRARY, HYPERPARAMETERS, SOURCES))\n"
+    )
+    out = tmp_path / "out"
+    argv = ["--peers-from", str(folder), "--suite", "cartpole", "--algos", "my_peer", "--seeds", "1"]
+    argv += ["--budget-seconds", "30", "--peer-python", f"peers={sys.executable}", "--no-plots", "--no-progress"]
+    algorithms = dict(registry._ALGORITHMS)
+    try:
+        code = main([*argv, "--out", str(out)])
+    finally:
+        registry._ALGORITHMS.clear()
+        registry._ALGORITHMS.update(algorithms)
+    logs = sorted((out / "logs").glob("*.log")) if (out / "logs").exists() else []
+    assert code == 0, "\n".join(log.read_text()[-3000:] for log in logs)
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    assert run["error"] is None and run["reached"] and run["peer"]["adapter"] == str(folder / "my_peer.py")
 
 
 def test_run_past_threshold_trains_to_the_step_limit(fixed_policy: Any, tmp_path: Path) -> None:
@@ -325,11 +433,15 @@ def test_the_benchmark_imports_no_adapter_nor_peer_library() -> None:
         "import sys\n"
         "from sb3_async.benchmark import registry, suites\n"
         "import sb3_async.benchmark.runner, sb3_async.benchmark.report\n"
+        "assert not [n for n, e in registry.ALGORITHMS.items() if e.is_external], 'a peer registered without --peers-from'\n"
+        f"registry.load_peers({str(PEERS)!r})\n"
         "names = [n for n, e in registry.ALGORITHMS.items() if e.is_external]\n"
         "assert names, 'no external peer registered'\n"
         "for name in names: registry.get_algorithm(name).config_path()\n"
+        "suites.plan_runs(suites.get_suite('pong'), pythons={'peers': sys.executable, 'sf': sys.executable})\n"
+        "adapters = {'_tianshou', *names}\n"
         "loaded = [m for m in sys.modules if m.startswith(('sb3_async.benchmark.peers.', 'tianshou', 'torchrl',"
-        " 'sample_factory'))]\n"
+        " 'sample_factory')) or m in adapters]\n"
         "assert not loaded, loaded\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
@@ -337,10 +449,13 @@ def test_the_benchmark_imports_no_adapter_nor_peer_library() -> None:
 
 
 def test_every_registered_peer_has_settings_and_sources() -> None:
-    """Each adapter's module text names its settings' sources (read, not imported: its library may be absent)."""
-    for name, entry in registry.ALGORITHMS.items():
-        if not entry.is_external:
-            continue
+    """Each adapter's text names its settings' sources (read, not imported: its library may be absent); every one is a
+    script of benchmarks/peers, none a module of the package."""
+    assert set(REPOSITORY_PEERS) == {
+        "torchrl_ppo", "torchrl_dqn", "torchrl_td3", "tianshou_dqn", "tianshou_td3", "tianshou_ddpg", "sf_appo"
+    }  # fmt: skip
+    for name, entry in REPOSITORY_PEERS.items():
+        assert entry.is_external and entry.adapter == str(PEERS / f"{name}.py"), name
         text = entry.config_path().read_text()
         assert "HYPERPARAMETERS = {" in text and "SOURCES = {" in text and "sys.exit(main(train" in text, name
         assert entry.python_env in ("peers", "sf"), name
@@ -356,16 +471,16 @@ def test_every_registered_peer_has_settings_and_sources() -> None:
     [
         (name, env_id)
         for name in ("torchrl_ppo", "torchrl_dqn", "torchrl_td3", "tianshou_dqn", "tianshou_td3", "tianshou_ddpg")
-        for env_id in registry.get_algorithm(name).envs
+        for env_id in REPOSITORY_PEERS[name].envs
     ],
 )
-def test_a_real_peer_runs_end_to_end(name: str, env_id: str, tmp_path: Path) -> None:
+def test_a_real_peer_runs_end_to_end(name: str, env_id: str, repository_peers: None, tmp_path: Path) -> None:
     """A short run of each peer on each of its envs (not a measurement): it builds, trains, is evaluated and its record
     parses."""
     suite = suites.get_suite(SUITE_OF[env_id])
     (spec,) = suites.plan_runs(suite, algos=[name], envs=[env_id], seeds=1, pythons={"peers": str(PEERS_PYTHON)})
     # Tianshou's MuJoCo examples take 25k random env steps in one collection before training: the run starts after
-    settings = importlib.import_module(registry.get_algorithm(name).adapter or "").HYPERPARAMETERS[env_id]
+    settings = _adapter(name).HYPERPARAMETERS[env_id]
     warm = int(settings.get("start_timesteps", 0))
     span = 1000 if warm else 4000  # after the warm-up: one gradient step per env step, ~20 ms each on HalfCheetah
     changes = dict(max_steps=warm + span, eval_interval=warm + span // 2, budget_seconds=120)
@@ -407,8 +522,8 @@ def _sf_processes() -> list[int]:
 
 @pytest.mark.peers
 @pytest.mark.skipif(not SF_PYTHON.is_file(), reason="no .venv-sf (benchmarks/peers/make_sf_venv.sh builds it)")
-@pytest.mark.parametrize("env_id", registry.get_algorithm("sf_appo").envs)
-def test_sample_factory_appo_runs_end_to_end(env_id: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("env_id", REPOSITORY_PEERS["sf_appo"].envs)
+def test_sample_factory_appo_runs_end_to_end(env_id: str, repository_peers: None, tmp_path: Path) -> None:
     """A short run of Sample Factory's APPO on each of its envs (not a measurement): it trains in its processes, is
     evaluated frozen, its record parses, and none of its processes outlives it."""
     suite = suites.get_suite(SUITE_OF[env_id])
@@ -432,9 +547,10 @@ def test_sample_factory_appo_runs_end_to_end(env_id: str, tmp_path: Path) -> Non
 
 def test_tianshou_dqn_epsilon_follows_each_example_schedule() -> None:
     """The adapter's epsilon, hand-computed from each example's train_fn (read without Tianshou: imported lazily)."""
-    from sb3_async.benchmark.peers.tianshou_dqn import HYPERPARAMETERS, epsilon
+    tianshou_dqn = _adapter("tianshou_dqn")
+    settings, epsilon = tianshou_dqn.HYPERPARAMETERS, tianshou_dqn.epsilon
 
-    lunar, cartpole = HYPERPARAMETERS["LunarLander-v3"], HYPERPARAMETERS["CartPole-v1"]
+    lunar, cartpole = settings["LunarLander-v3"], settings["CartPole-v1"]
     # lunarlander_dqn.py: max(0.73 * (1 - 5e-6) ** t, 0.01)
     assert epsilon(lunar, 0) == pytest.approx(0.73)
     assert epsilon(lunar, 100_000) == pytest.approx(0.4428, abs=1e-4)  # 0.73 * (1 - 5e-6)^1e5, about 0.73 * e^-0.5
@@ -447,10 +563,9 @@ def test_tianshou_dqn_epsilon_follows_each_example_schedule() -> None:
 
 def test_tianshou_td3_noises_follow_each_examples_action_bound() -> None:
     """The MuJoCo example multiplies its three noises by the action bound (``max_action``); the Pendulum test does not."""
-    from sb3_async.benchmark.peers._tianshou import scaled_noises
-    from sb3_async.benchmark.peers.tianshou_td3 import HYPERPARAMETERS
+    scaled_noises, settings = _adapter("_tianshou").scaled_noises, _adapter("tianshou_td3").HYPERPARAMETERS
 
-    hopper, pendulum = HYPERPARAMETERS["Hopper-v5"], HYPERPARAMETERS["Pendulum-v1"]
+    hopper, pendulum = settings["Hopper-v5"], settings["Pendulum-v1"]
     scaled = scaled_noises(hopper, hopper, max_action=0.4)
     assert (scaled["exploration_noise"], scaled["policy_noise"], scaled["noise_clip"]) == pytest.approx((0.04, 0.08, 0.2))
     assert scaled["actor_lr"] == hopper["actor_lr"] and scaled_noises(hopper, hopper, 1.0) == hopper

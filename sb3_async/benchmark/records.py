@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from sb3_async.benchmark.suites import RunSpec
+from sb3_async.benchmark.plan import RunSpec
 
 #: Prefix of the progress lines a run prints (the rest of its stdout is the libraries' chatter).
 EVENT_PREFIX = "@@sb3_async.benchmark "

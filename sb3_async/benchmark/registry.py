@@ -9,16 +9,19 @@ algorithm.
 Hyperparameters of ours and of SB3's algorithms come from the RL Zoo's YAML files: ``zoo_configs/<name>.yml`` for
 ours (the file :mod:`sb3_async.zoo` registers), ``rl_zoo3/hyperparams/<name>.yml`` (shipped with the zoo) for SB3's.
 
-External peers (library ``"external"``: TorchRL, Tianshou, ...) each have an *adapter*, a module of
-:mod:`sb3_async.benchmark.peers` that trains with its library's own components and settings (taken from the library's
-examples, the source named beside each value) under the protocol of :mod:`sb3_async.benchmark.peers.protocol`. It
-runs in a fresh process under the Python of the peer's own virtual environment (``python_env``), so the benchmark
-never imports it nor its library.
+External peers (library ``"external"``: Sample Factory, TorchRL, Tianshou, ...) each have an *adapter*, a script
+that trains with its library's own components and settings (taken from the library's examples, the source named
+beside each value) under the protocol of :mod:`sb3_async.benchmark.peers.protocol`. It runs in a fresh process under
+the Python of the peer's own virtual environment (``python_env``), so the benchmark never imports it nor its library.
+The adapters are not part of the package: a folder of them registers them with a ``registry.py`` that
+:func:`load_peers` imports (``python -m sb3_async.benchmark --peers-from DIR``; the repository's are in
+``benchmarks/peers``).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,7 +65,8 @@ class AlgorithmEntry:
     :param config_aliases: env id -> the YAML entry to use when the file has no entry of that id (e.g. the zoo ships
         ``HalfCheetah-v4`` entries only: ``{"HalfCheetah-v5": "HalfCheetah-v4"}``); recorded with each run
     :param optimizers: the values its ``optimizer`` argument accepts (the ``optimizers`` suite sweeps them)
-    :param adapter: for an external peer, the module that runs it (``python -m ADAPTER SPEC.json RESULT.json``)
+    :param adapter: for an external peer, what runs it: the path of a script (``python ADAPTER.py SPEC.json
+        RESULT.json``) or a module name (``python -m ADAPTER SPEC.json RESULT.json``)
     :param python_env: for an external peer, the name of the virtual environment it runs in (``--peer-python
         NAME=PATH``; by default ``.venv-NAME/bin/python`` at the repository's root)
     """
@@ -101,11 +105,21 @@ class AlgorithmEntry:
         return Path(rl_zoo3.__file__).resolve().parent / "hyperparams" / f"{self.name}.yml"
 
 
-def adapter_path(module: str) -> Path:
-    """The source file of an adapter module, found without executing it (its library may not be installed here).
+def is_adapter_file(adapter: str) -> bool:
+    """Whether ``adapter`` names a script (run as ``python ADAPTER``) rather than a module (``python -m ADAPTER``)."""
+    return adapter.endswith(".py")
 
-    :raises ValueError: when no such module exists
+
+def adapter_path(module: str) -> Path:
+    """The source file of an adapter (a script's path, or a module found without executing it: its library may not be
+    installed here).
+
+    :raises ValueError: when no such script or module exists
     """
+    if is_adapter_file(module):
+        if not Path(module).is_file():
+            raise ValueError(f"Invalid adapter={module!r}: no such file")
+        return Path(module)
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         raise ValueError(f"Invalid adapter={module!r}: no such module")
@@ -186,7 +200,49 @@ def get_algorithm(name: str) -> AlgorithmEntry:
     try:
         return _ALGORITHMS[name]
     except KeyError:
-        raise ValueError(f"Unknown algorithm {name!r}: expected one of {', '.join(sorted(_ALGORITHMS))}") from None
+        pass
+    if any(name in entry.peers for entry in _ALGORITHMS.values()):
+        raise ValueError(
+            f"Unknown algorithm {name!r}: it is an external peer, whose adapter is not part of the package; register the "
+            f"repository's adapters with --peers-from {PEERS_FOLDER} (python -m sb3_async.benchmark ... --peers-from "
+            f"{PEERS_FOLDER})"
+        )
+    raise ValueError(
+        f"Unknown algorithm {name!r}: expected one of {', '.join(sorted(_ALGORITHMS))} (external peers join with "
+        f"--peers-from DIR, e.g. --peers-from {PEERS_FOLDER})"
+    )
+
+
+#: The repository's folder of external peers: their adapters, ``registry.py`` and the scripts building their venvs.
+PEERS_FOLDER = "benchmarks/peers"
+
+
+def load_peers(folder: str | Path) -> list[str]:
+    """Register the external peers of ``folder`` (``--peers-from``): import ``folder/registry.py``, whose
+    :func:`register_algorithm` calls name each peer's adapter (a script of that folder, usually) and environment.
+
+    :returns: the names it registered (or registered again), in order
+    :raises ValueError: when ``folder`` has no ``registry.py``
+    """
+    path = Path(folder) / "registry.py"
+    if not path.is_file():
+        raise ValueError(
+            f"Invalid --peers-from {str(folder)!r}: no {path} (a folder of adapters registers them there; the "
+            f"repository's: {PEERS_FOLDER})"
+        )
+    before = dict(_ALGORITHMS)
+    # a name of its own per folder: two folders' registry.py never replace each other in sys.modules
+    module_name = f"_sb3_async_peers_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return [name for name, entry in _ALGORITHMS.items() if before.get(name) is not entry]
 
 
 def get_env(env_id: str) -> EnvEntry:
@@ -258,22 +314,6 @@ register_algorithm("dqn", "sb3", envs=("CartPole-v1", "LunarLander-v3", PONG))
 register_algorithm("ddpg", "sb3", envs=_OFF_POLICY_CONTINUOUS, config_aliases=_MUJOCO_ALIASES)
 register_algorithm("td3", "sb3", envs=_OFF_POLICY_CONTINUOUS, config_aliases=_MUJOCO_ALIASES)
 
-# --- External peers: an adapter each (sb3_async/benchmark/peers/), run under .venv-peers/bin/python by default -------
-
-_PEERS = "sb3_async.benchmark.peers."
-register_algorithm(
-    "torchrl_ppo", "external", envs=("CartPole-v1", "Pendulum-v1", "HalfCheetah-v5", PONG), adapter=_PEERS + "torchrl_ppo"
-)
-register_algorithm("torchrl_dqn", "external", envs=("CartPole-v1", "LunarLander-v3"), adapter=_PEERS + "torchrl_dqn")
-register_algorithm("tianshou_dqn", "external", envs=("CartPole-v1", "LunarLander-v3"), adapter=_PEERS + "tianshou_dqn")
-register_algorithm("tianshou_td3", "external", envs=("Pendulum-v1", *_MUJOCO), adapter=_PEERS + "tianshou_td3")
-register_algorithm("tianshou_ddpg", "external", envs=("Pendulum-v1",), adapter=_PEERS + "tianshou_ddpg")
-register_algorithm("torchrl_td3", "external", envs=("Pendulum-v1", *_MUJOCO), adapter=_PEERS + "torchrl_td3")
-# Sample Factory 2.1.1 pins gymnasium<1.0 and numpy<2: its own environment, .venv-sf (benchmarks/peers/make_sf_venv.sh)
-register_algorithm(
-    "sf_appo",
-    "external",
-    envs=("CartPole-v1", "Pendulum-v1", "HalfCheetah-v5", PONG),
-    adapter=_PEERS + "sf_appo",
-    python_env="sf",
-)
+# External peers (Sample Factory, TorchRL, Tianshou) are not registered here: the peers above name them, and
+# `--peers-from benchmarks/peers` registers their adapters (benchmarks/peers/registry.py); until then peers_of() leaves
+# them out.

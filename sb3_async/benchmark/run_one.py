@@ -36,8 +36,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecEnv, sync_envs_normalization
 
+from sb3_async.benchmark.plan import RunSpec
 from sb3_async.benchmark.records import EVENT_PREFIX, PeakMemory, emit, failed_record, identity, json_safe
-from sb3_async.benchmark.suites import RunSpec
 
 __all__ = ["EVENT_PREFIX", "EvalClock", "failed_record", "run", "true_num_timesteps", "worker_overrides", "zoo_entry"]
 

@@ -1,10 +1,10 @@
 """Runs a suite: every run in a fresh process, one after the other, with a progress bar; writes ``results.json``.
 
-Each run is ``python -m sb3_async.benchmark.run_one`` in its own process (an external peer's: ``PYTHON -m ADAPTER``,
-under the interpreter of the peer's own environment), so that every algorithm pays its own process start-up and
-memory is measured for that run alone. Runs are sequential (they share the same cores and
-nothing else runs beside them) and interleaved by :func:`sb3_async.benchmark.suites.plan_runs`. ``results.json`` is
-rewritten after every run, so an interrupted suite keeps what it measured.
+Each run is ``python -m sb3_async.benchmark.run_one`` in its own process (an external peer's: its adapter,
+``PYTHON ADAPTER.py`` or ``PYTHON -m ADAPTER``, under the interpreter of the peer's own environment), so that every
+algorithm pays its own process start-up and memory is measured for that run alone. Runs are sequential (they share the
+same cores and nothing else runs beside them) and interleaved by :func:`sb3_async.benchmark.plan.plan_runs`.
+``results.json`` is rewritten after every run, so an interrupted suite keeps what it measured.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Any
 
 import psutil
 
+from sb3_async.benchmark.plan import REPO_ROOT, RunSpec, Suite, plan_runs
 from sb3_async.benchmark.records import EVENT_PREFIX, failed_record
-from sb3_async.benchmark.registry import ENVS, peers_of
-from sb3_async.benchmark.suites import REPO_ROOT, RunSpec, Suite, plan_runs
+from sb3_async.benchmark.registry import ENVS, is_adapter_file, peers_of
 from sb3_async.common.torch_utils import usable_cpus
 
 #: Extra seconds a run may take beyond its budget and the evaluations it reported (process start-up, the evaluation in
@@ -167,14 +167,19 @@ def suite_info(suite: Suite, runs: Sequence[RunSpec]) -> dict[str, Any]:
 def run_command(spec: RunSpec, spec_path: Path, result_path: Path) -> tuple[list[str], dict[str, str]]:
     """The command line and environment variables of a run. An external peer runs its adapter under its own
     interpreter, with this checkout first on ``PYTHONPATH`` (the adapter imports the protocol from it; the peer's
-    environment need not have sb3_async installed)."""
+    environment need not have sb3_async installed), then an adapter script's folder (its helper modules, and the
+    processes a library spawns, find it there)."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
     if spec.adapter is None:
         return [sys.executable, "-m", "sb3_async.benchmark.run_one", str(spec_path), str(result_path)], env
     if spec.python is None:
         raise ValueError(f"Invalid spec for {spec.run_id!r}: adapter={spec.adapter!r} without its python")
-    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    return [spec.python, "-m", spec.adapter, str(spec_path), str(result_path)], {**env, "PYTHONPATH": path}
+    if is_adapter_file(spec.adapter):
+        folder, command = str(Path(spec.adapter).resolve().parent), [spec.python, spec.adapter]
+    else:
+        folder, command = None, [spec.python, "-m", spec.adapter]
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), folder, os.environ.get("PYTHONPATH")]))
+    return [*command, str(spec_path), str(result_path)], {**env, "PYTHONPATH": path}
 
 
 class Progress:
@@ -290,7 +295,7 @@ def run_suite(
     envs: Sequence[str] | None = None,
     pythons: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run ``suite`` (see :func:`~sb3_async.benchmark.suites.plan_runs` for the arguments) and write
+    """Run ``suite`` (see :func:`~sb3_async.benchmark.plan.plan_runs` for the arguments) and write
     ``out_dir/results.json``; logs of failed runs go to ``out_dir/logs/``. Returns the results."""
     runs = plan_runs(
         suite,

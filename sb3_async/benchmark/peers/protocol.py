@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from sb3_async.benchmark.plan import RunSpec
 from sb3_async.benchmark.records import PeakMemory, emit, failed_record, identity, json_safe
-from sb3_async.benchmark.suites import RunSpec
 
 #: A batch of observations -> a batch of actions, deterministic, from the policy as it is now.
 Policy = Callable[[np.ndarray], np.ndarray]

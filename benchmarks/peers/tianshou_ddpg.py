@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from sb3_async.benchmark.peers._tianshou import PACKAGES, PENDULUM_ACTOR_CRITIC, deterministic_actor_critic
+from _tianshou import PACKAGES, PENDULUM_ACTOR_CRITIC, deterministic_actor_critic
+
 from sb3_async.benchmark.peers.protocol import PeerRun, main
 
 LIBRARY = "tianshou"

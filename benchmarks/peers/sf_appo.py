@@ -267,7 +267,7 @@ def make_env_func(env_id: str) -> Any:
     ``gymnasium.make`` otherwise (``train_gym_env.py``). Both are importable by name: Sample Factory pickles its env
     registry into the processes it spawns."""
     if env_id in _ATARI_EXAMPLE or env_id in _MUJOCO_V4:
-        from sb3_async.benchmark.peers import sf_appo  # this module by its name, not as __main__
+        import sf_appo  # this module by its name, not as __main__ (its folder is on the path: see registry.py)
 
         return sf_appo.make_sf_atari_env if env_id in _ATARI_EXAMPLE else sf_appo.make_sf_mujoco_env
     from sf_examples.train_gym_env import make_gym_env_func

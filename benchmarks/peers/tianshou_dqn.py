@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import sys
 
-from sb3_async.benchmark.peers._tianshou import PACKAGES, dummy_vector_env, seed_everything, train_off_policy
+from _tianshou import PACKAGES, dummy_vector_env, seed_everything, train_off_policy
+
 from sb3_async.benchmark.peers.protocol import PeerRun, main
 
 LIBRARY = "tianshou"
