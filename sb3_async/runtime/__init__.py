@@ -7,10 +7,10 @@
 - :mod:`~sb3_async.runtime.mp`: the default ``MultiprocessingRuntime`` (``backend="mp"``), its worker entry
   point and the forkserver.
 - :mod:`~sb3_async.runtime.ray_backend`: ``RayRuntime`` (``backend="ray"``), one Ray actor per node, each
-  running the ``MultiprocessingRuntime``.
+  running the ``MultiprocessingRuntime`` (the actor: :mod:`~sb3_async.runtime.ray_host`).
 - :mod:`~sb3_async.runtime.factory`: ``make_runtime``, the runtime for a backend name.
 
-Imports go one way: ``processes`` <- ``base`` <- ``mp`` <- ``ray_backend``, and ``factory`` imports ``mp`` (and
+Imports go one way: ``processes`` <- ``base`` <- ``mp`` <- ``ray_host`` <- ``ray_backend``, and ``factory`` imports ``mp`` (and
 ``ray_backend`` when asked for Ray).
 
 Names are imported lazily (PEP 562), so that importing :mod:`~sb3_async.runtime.processes` does not import
