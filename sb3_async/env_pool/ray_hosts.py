@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from sb3_async.runtime.ray_connect import connect_ray, import_ray, release_ray, start_actor, wait_ready
+from sb3_async.runtime.ray_connect import (
+    check_connect_options,
+    connect_ray,
+    import_ray,
+    release_ray,
+    start_actor,
+    wait_ready,
+)
 from sb3_async.validation import check_nonnegative
 
 if TYPE_CHECKING:
@@ -132,10 +139,7 @@ class RayEnvHosts:
         num_cpus_per_worker: float = 1.0,
         start_timeout: float = 300.0,
     ):
-        if address is not None and not isinstance(address, str):
-            raise TypeError(f"Invalid address={address!r}: expected a Ray address string or None")
-        if init_kwargs is not None and not isinstance(init_kwargs, dict):
-            raise TypeError(f"Invalid init_kwargs={init_kwargs!r}: expected a dict or None")
+        check_connect_options(address, init_kwargs)
         self.num_cpus_per_worker = check_nonnegative("num_cpus_per_worker", num_cpus_per_worker)
         self.start_timeout = check_nonnegative("start_timeout", start_timeout)
         self.autoreset, self.on_error = autoreset, on_error

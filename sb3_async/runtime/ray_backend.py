@@ -48,6 +48,7 @@ from sb3_async.runtime.processes import WorkerError
 from sb3_async.runtime.ray_connect import (  # the connect / release rules, shared with the env pool's Ray hosts
     NAMESPACE,
     RAY_INSTALL_HINT,
+    check_connect_options,
     connect_ray,
     import_ray,
     release_ray,
@@ -124,10 +125,7 @@ class RayRuntime(Runtime):
         start_timeout: float = 300.0,
     ):
         self._ray = import_ray()
-        if address is not None and not isinstance(address, str):
-            raise TypeError(f"Invalid address={address!r}: expected a Ray address string or None")
-        if init_kwargs is not None and not isinstance(init_kwargs, dict):
-            raise TypeError(f"Invalid init_kwargs={init_kwargs!r}: expected a dict or None")
+        check_connect_options(address, init_kwargs)
         if workers_per_actor is not None:
             workers_per_actor = check_int("workers_per_actor", workers_per_actor, 1)
         for name, value in (

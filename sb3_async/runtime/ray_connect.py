@@ -32,6 +32,15 @@ def import_ray() -> Any:
     return ray
 
 
+def check_connect_options(address: Any, init_kwargs: Any) -> None:
+    """``TypeError`` unless ``address`` is a string or None and ``init_kwargs`` a dict or None (what
+    :func:`connect_ray` takes), checked when the options are given rather than at the first connection."""
+    if address is not None and not isinstance(address, str):
+        raise TypeError(f"Invalid address={address!r}: expected a Ray address string or None")
+    if init_kwargs is not None and not isinstance(init_kwargs, dict):
+        raise TypeError(f"Invalid init_kwargs={init_kwargs!r}: expected a dict or None")
+
+
 def connect_ray(ray: Any, address: str | None, init_kwargs: dict[str, Any] | None, num_cpus: float) -> bool:
     """Make sure this process is connected to Ray (the module docstring gives the rules).
 
