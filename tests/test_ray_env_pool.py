@@ -109,6 +109,14 @@ def test_backend_arguments_are_checked():
         AsyncEnvPool("CartPole-v1", n_envs=2, backend="ray", backend_kwargs={"adress": "auto"})
     with pytest.raises(ValueError, match="num_cpus_per_worker=-1"):
         AsyncEnvPool("CartPole-v1", n_envs=2, backend="ray", backend_kwargs={"num_cpus_per_worker": -1})
+    # The connection options: one rule for the env pool's hosts and the algorithms' RayRuntime
+    from sb3_async.runtime.ray_backend import RayRuntime
+
+    for options, match in (({"address": 1}, "address=1"), ({"init_kwargs": ["num_cpus"]}, "init_kwargs=")):
+        with pytest.raises(TypeError, match=match):
+            AsyncEnvPool("CartPole-v1", n_envs=2, backend="ray", backend_kwargs=options)
+        with pytest.raises(TypeError, match=match):
+            RayRuntime(**options)
 
 
 # --- on a two-node cluster --------------------------------------------------------------------------------------------
