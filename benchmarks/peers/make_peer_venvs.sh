@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the virtual environment the benchmark's external peers run in: .venv-peers at the repository's root, with
-# TorchRL 0.14 and Tianshou 2.0.1 beside sb3-async (gymnasium 1.x). `python -m sb3_async.benchmark --algos
-# torchrl_ppo,...` finds it there (or pass --peer-python peers=PATH).
+# TorchRL 0.14 and Tianshou 2.0.1 beside sb3-async (gymnasium 1.x). `python -m sb3_async.benchmark --peers-from
+# benchmarks/peers --algos torchrl_ppo,...` finds it there (or pass --peer-python peers=PATH).
 #
 #   benchmarks/peers/make_peer_venvs.sh
 #

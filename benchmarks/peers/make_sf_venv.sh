@@ -2,8 +2,8 @@
 # Build the virtual environment of the Sample Factory peer (sf_appo): .venv-sf at the repository's root, with Sample
 # Factory 2.1.1. It cannot share .venv-peers: Sample Factory 2.1.1 pins gymnasium<1.0 and numpy<2. sb3-async goes in
 # without its dependencies (no SB3, no RL Zoo): the adapter needs only sb3_async.benchmark.peers.protocol, which imports
-# numpy and gymnasium alone. `python -m sb3_async.benchmark --algos a3c,sf_appo` finds it there (or pass
-# --peer-python sf=PATH).
+# numpy and gymnasium alone. `python -m sb3_async.benchmark --peers-from benchmarks/peers --algos a3c,sf_appo` finds it
+# there (or pass --peer-python sf=PATH).
 #
 #   benchmarks/peers/make_sf_venv.sh
 #

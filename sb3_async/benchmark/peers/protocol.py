@@ -259,7 +259,7 @@ def main(
     packages: Iterable[str] = (),
     argv: list[str] | None = None,
 ) -> int:
-    """An adapter's entry point: ``python -m ADAPTER SPEC.json RESULT.json``.
+    """An adapter's entry point: ``python ADAPTER.py SPEC.json RESULT.json`` (or ``python -m ADAPTER ...``).
 
     :param train: builds the peer for ``run.env_id`` and trains it, calling ``run.start()`` then ``run.step()``
     :param library: the distribution the peer comes from (its version is recorded)
