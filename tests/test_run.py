@@ -15,9 +15,11 @@ from stable_baselines3.common.envs import (
     SimpleMultiObsEnv,
 )
 from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
+from stable_baselines3.dqn.policies import DQNPolicy
 
-from sb3_async import A3C, MnihCNN
+from sb3_async import A3C, ApeXDQN, AsyncNStepQ, MnihCNN
 from tests.helpers import ALGORITHM_NAMES, small_model
 
 
@@ -313,3 +315,19 @@ def test_aeddpg_leaves_its_env_processes_their_cpus(monkeypatch):
         assert torch.get_num_threads() == 4
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    ("model_class", "policy_class", "required", "workers"),
+    [
+        (A3C, DQNPolicy, "ActorCriticPolicy", dict(n_workers=1)),
+        (AsyncNStepQ, ActorCriticPolicy, "DQNPolicy", dict(n_workers=1)),
+        (ApeXDQN, ActorCriticPolicy, "DQNPolicy", dict(n_actors=1, buffer_size=1000)),
+    ],
+    ids=["A3C", "AsyncNStepQ", "ApeXDQN"],
+)
+def test_a_policy_class_without_the_algorithms_heads_is_refused(model_class, policy_class, required, workers):
+    """The losses use the heads of one policy family: another family's class fails at construction, naming both."""
+    match = rf"policy={policy_class.__name__}: {model_class.__name__} needs a subclass of {required}"
+    with pytest.raises(TypeError, match=match):
+        model_class(policy_class, "CartPole-v1", **workers)

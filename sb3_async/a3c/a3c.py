@@ -393,9 +393,7 @@ class A3C(HogwildAlgorithm):
 
     def _setup_model(self) -> None:
         super()._setup_model()
-        policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs)
-        if not isinstance(policy, ActorCriticPolicy):
-            raise TypeError(f"Invalid policy={self.policy_class.__name__}: A3C needs an ActorCriticPolicy subclass")
+        policy = self._make_policy(ActorCriticPolicy)
         if self.use_sde and not policy.use_sde:
             raise ValueError(f"Invalid use_sde=True: {self.policy_class.__name__} has no gSDE head (use 'MlpPolicy')")
         self.policy = policy.to(torch.device("cpu"))

@@ -173,9 +173,7 @@ class ApeXDQN(ApeXAlgorithm):
 
     def _setup_model(self) -> None:
         super()._setup_model()
-        policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs)
-        if not isinstance(policy, DQNPolicy):
-            raise TypeError(f"Invalid policy={self.policy_class.__name__}: {type(self).__name__} needs a DQNPolicy subclass")
+        policy = self._make_policy(DQNPolicy)
         self.policy = policy.to(self.device)
         self.policy.q_net_target.load_state_dict(self.policy.q_net.state_dict())
         self.policy.q_net_target.set_training_mode(False)

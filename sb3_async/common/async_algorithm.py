@@ -56,6 +56,7 @@ __all__ = [
 ]
 
 SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
+PolicyT = TypeVar("PolicyT", bound=BasePolicy)
 
 #: Worker processes accepted on this machine (backend="mp"): the larger of MIN_WORKER_BOUND (the paper's 16 threads
 #: and more run on a small machine too) and MAX_WORKERS_PER_CPU per CPU; beyond, they only take turns on the cores.
@@ -282,6 +283,15 @@ class AsyncAlgorithm(WorkerSupervision, AtomicSaves):
         self.n_envs = self.n_envs_total
         if force_reset:
             self._last_obs = None
+
+    def _make_policy(self, required: type[PolicyT]) -> PolicyT:
+        """A new ``policy_class`` policy for this model's spaces; ``TypeError`` unless it is a ``required`` (a custom
+        policy class must have the heads the algorithm's loss uses)."""
+        policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs)
+        if not isinstance(policy, required):
+            name = self.policy_class.__name__
+            raise TypeError(f"Invalid policy={name}: {type(self).__name__} needs a subclass of {required.__name__}")
+        return policy
 
     # --- what each algorithm provides -------------------------------------------------------------------------------
 
