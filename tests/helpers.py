@@ -172,9 +172,8 @@ def zoo_build(
 ) -> Any:
     """The model the zoo's train() would build, untrained: the RL Zoo's ``ExperimentManager`` with our registration and
     ``zoo_configs/<algo>.yml`` (``config=`` overrides it); ``kwargs`` go to the manager."""
-    from rl_zoo3.exp_manager import ExperimentManager
-
     from sb3_async import zoo
+    from sb3_async.zoo import ZooExperimentManager as ExperimentManager  # the one train() builds
 
     zoo.register()
     entry = zoo.zoo_algorithm(algo)

@@ -3,6 +3,7 @@ into the zoo's folder layout, ``enjoy`` loads what it saved, ``-optimize`` runs 
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import os
 import pickle
@@ -19,7 +20,8 @@ from huggingface_sb3 import EnvironmentName
 from rl_zoo3 import hyperparams_opt
 from rl_zoo3.utils import ALGOS, SimpleLinearSchedule
 from stable_baselines3.common import atari_wrappers as sb3_atari
-from stable_baselines3.common.vec_env import VecFrameStack
+from stable_baselines3.common.callbacks import CheckpointCallback
+from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
 from sb3_async import A3C, AsyncNStepQ, zoo
 from sb3_async.common.atari_wrappers import MaxAndSkipEnv
@@ -334,7 +336,79 @@ def test_train_then_enjoy_through_the_cli(tmp_path: Path) -> None:
         *SMALL,
         cwd=tmp_path,
     )
-    assert (tmp_path / "logs" / "a3c" / "CartPole-v1_2" / "CartPole-v1.zip").is_file()
+    continued = A3C.load(tmp_path / "logs" / "a3c" / "CartPole-v1_2" / "CartPole-v1.zip")
+    assert continued.num_timesteps >= model.num_timesteps + 1000  # -n counts more steps: the step count goes on
+
+
+def test_no_test_doubles_in_the_package() -> None:
+    """The zoo integration changes the zoo through a subclass and its tables, not with a test-double library."""
+    offenders = [
+        str(path.relative_to(REPO))
+        for path in sorted((REPO / "sb3_async").rglob("*.py"))
+        if "unittest.mock" in (text := path.read_text()) or "from unittest import mock" in text
+    ]
+    assert offenders == []
+
+
+def test_train_runs_the_zoo_with_our_manager_and_restores_the_zoo(capsys: pytest.CaptureFixture[str]) -> None:
+    import rl_zoo3.train
+    from rl_zoo3.exp_manager import ExperimentManager
+
+    with pytest.raises(SystemExit):  # the zoo's --help: its parser, every flag, then exit
+        zoo.run_zoo("train", ["--algo", "a3c", "--help"])
+    out = capsys.readouterr().out
+    assert "sb3_async: the RL Zoo's own train script" in out and "--save-replay-buffer" in out
+    assert rl_zoo3.train.ExperimentManager is ExperimentManager  # as it was, even after an exit
+    assert issubclass(zoo.ZooExperimentManager, ExperimentManager)
+
+
+@pytest.mark.parametrize("algo", ["a3c", "ppo"])
+def test_checkpoints_of_our_algorithms_save_replay_and_normalization(algo: str, tmp_path: Path) -> None:
+    hyperparams: dict[str, Any] = {"normalize": True}
+    entry = zoo.zoo_algorithm(algo)
+    if entry is not None:
+        hyperparams.update(n_envs=2, n_workers=2, n_envs_per_worker=1)
+    manager = zoo.ZooExperimentManager(
+        argparse.Namespace(), algo, "CartPole-v1", str(tmp_path), n_timesteps=0, eval_freq=-1, save_freq=1000,
+        save_replay_buffer=True, hyperparams=hyperparams, seed=0, verbose=0,
+        config=str(entry.config_path) if entry is not None else None,
+    )  # fmt: skip
+    model, _ = manager.setup_experiment() or (None, None)
+    assert model is not None
+    try:
+        (checkpoint,) = [callback for callback in manager.callbacks if isinstance(callback, CheckpointCallback)]
+        n_envs = 2 if algo == "a3c" else 8  # the zoo's ppo entry for CartPole-v1: 8 envs
+        assert checkpoint.save_freq == 1000 // n_envs
+        ours = algo == "a3c"  # the zoo's own algorithms keep the zoo's checkpoints
+        assert (checkpoint.save_replay_buffer, checkpoint.save_vecnormalize) == (ours, ours)
+    finally:
+        model.env.close()
+
+
+class _RecordsLearn:
+    """A model stand-in for ExperimentManager.learn: records learn()'s arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, dict[str, Any]]] = []
+        self.env = DummyVecEnv([lambda: gym.make("CartPole-v1")])
+
+    def learn(self, total_timesteps: int, **kwargs: Any) -> _RecordsLearn:
+        self.calls.append((total_timesteps, kwargs))
+        return self
+
+
+@pytest.mark.parametrize(
+    ("algo", "continue_training", "resets"), [("a3c", True, False), ("a3c", False, None), ("ppo", True, None)]
+)
+def test_continued_training_of_our_algorithms_continues_the_step_count(
+    algo: str, continue_training: bool, resets: bool | None, tmp_path: Path
+) -> None:
+    manager = zoo.ZooExperimentManager(argparse.Namespace(), algo, "CartPole-v1", str(tmp_path), n_timesteps=500)
+    manager.continue_training = continue_training  # what -i <existing .zip> sets
+    model = _RecordsLearn()
+    manager.learn(model)  # type: ignore[arg-type]
+    ((steps, kwargs),) = model.calls
+    assert steps == 500 and kwargs.get("reset_num_timesteps") is resets
 
 
 def test_optimize_through_the_cli(tmp_path: Path) -> None:

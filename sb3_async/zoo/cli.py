@@ -1,0 +1,151 @@
+"""The zoo's own ``train``, ``enjoy`` and ``record_video`` commands with our algorithms: :func:`run_zoo` registers
+them, completes the command line (:func:`zoo_argv`: our YAML files, the ``logs`` folder), registers a PettingZoo
+``--env`` (:func:`~sb3_async.zoo.multi_agent.pettingzoo_envs`) and runs the zoo's script, so every zoo flag works."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import sys
+from collections.abc import Iterator, Sequence
+from types import ModuleType
+from typing import Any
+
+from sb3_async.zoo.algorithms import CONFIG_DIR, ZOO_ALGORITHMS, register, zoo_algorithm
+from sb3_async.zoo.experiment import ZooExperimentManager
+from sb3_async.zoo.multi_agent import make_pettingzoo_vec_env, pettingzoo_envs
+
+
+def _pre_parse(argv: Sequence[str], options: dict[str, tuple[str, ...]], algo_default: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--algo", default=algo_default)
+    for dest, flags in options.items():
+        parser.add_argument(*flags, dest=dest, default=None)
+    namespace, _ = parser.parse_known_args(list(argv))
+    return namespace
+
+
+def zoo_argv(argv: Sequence[str], script: str) -> list[str]:
+    """``argv`` for the zoo's ``script`` (``"train"``, ``"enjoy"`` or ``"record_video"``), with our defaults added
+    for our algorithms.
+
+    - ``train``: ``--conf-file zoo_configs/<algo>.yml`` unless a config file is given; ``--vec-env subproc``
+      becomes ``dummy``, with a note on stderr: the envs the zoo builds are only a template (the workers, separate
+      processes already, build their own copies), and a ``SubprocVecEnv`` cannot be copied to them;
+    - ``enjoy`` and ``record_video``: ``--folder logs`` (where ``train`` saves) unless a folder is given: the zoo's default,
+      ``rl-trained-agents``, would try to download the agent from the Hugging Face Hub.
+
+    Other algorithms' arguments pass unchanged.
+    """
+    argv = list(argv)
+    if script == "train":
+        args = _pre_parse(argv, {"conf_file": ("-conf", "--conf-file"), "vec_env": ("--vec-env",)}, algo_default="ppo")
+        entry = zoo_algorithm(args.algo)
+        if entry is not None and args.vec_env == "subproc":
+            print(
+                f"sb3_async: --vec-env subproc is replaced by dummy for {args.algo}: its workers are separate "
+                "processes already (n_workers), each stepping its own copies of the env",
+                file=sys.stderr,
+            )
+            argv += ["--vec-env", "dummy"]
+        if entry is not None and args.conf_file is None:
+            if not entry.config_path.is_file():
+                raise FileNotFoundError(
+                    f"No zoo config for {args.algo!r} at {entry.config_path}: pass one with --conf-file PATH"
+                )
+            argv += ["--conf-file", str(entry.config_path)]
+    elif script in ("enjoy", "record_video"):
+        args = _pre_parse(argv, {"folder": ("-f", "--folder")}, algo_default="ppo")
+        if zoo_algorithm(args.algo) is not None and args.folder is None:
+            argv += ["--folder", "logs"]
+    else:
+        raise ValueError(f"Invalid script={script!r}: expected 'train', 'enjoy' or 'record_video'")
+    return argv
+
+
+@contextlib.contextmanager
+def _argv(argv: list[str]) -> Iterator[None]:
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else "sb3_async", *argv]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+@contextlib.contextmanager
+def _rebound(module: ModuleType, name: str, value: Any) -> Iterator[None]:
+    """``module.<name>`` is ``value`` while the context lasts, then what it was.
+
+    The one hook into the zoo's modules, used where the zoo's scripts offer no parameter (see the calls in
+    :func:`run_zoo`); it replaces a name the script looks up, never code of the zoo's."""
+    saved = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, saved)
+
+
+def cli_help(script: str) -> str:
+    """What ``--help`` says of sb3_async before the zoo's own help for ``script``."""
+    names = ", ".join(entry.name for entry in ZOO_ALGORITHMS)
+    lines = [
+        f"sb3_async: the RL Zoo's own {script} script, with sb3_async's algorithms registered ({names}).",
+        "For these algorithms:",
+    ]
+    if script == "train":
+        lines += [
+            f"  - hyperparameters come from {CONFIG_DIR}/<algo>.yml unless --conf-file is given;",
+            "  - n_envs in those files is the total number of envs: n_workers x n_envs_per_worker (override with",
+            "    -params n_envs:16 n_workers:2 n_envs_per_worker:8);",
+            "  - --vec-env subproc becomes dummy: the workers are separate processes already, each stepping its own envs;",
+            "  - models are saved under logs/<algo>/<env>_<run id>/ (-f/--log-folder changes logs/).",
+        ]
+    else:
+        lines += ["  - models are read from logs/ (where train saves them) unless -f/--folder is given."]
+    lines += ["Everything else is the zoo's; its options follow.", ""]
+    return "\n".join(lines)
+
+
+def run_zoo(script: str, argv: Sequence[str] | None = None) -> None:
+    """Register our algorithms, then run the zoo's own ``train()``, ``enjoy()`` or ``record_video`` script on
+    ``argv`` (default: ``sys.argv[1:]``) completed by :func:`zoo_argv`."""
+    register()
+    argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        print(cli_help(script))
+    full_argv = zoo_argv(argv, script)
+    with _argv(full_argv), pettingzoo_envs(full_argv) as pettingzoo_id:
+        if script == "train":
+            import rl_zoo3.train
+
+            # The zoo's train() defines its command line (every flag of the zoo's version) and builds its
+            # ExperimentManager in one function, with no parameter for the manager's class: rebinding the name it
+            # builds keeps all of its flags without a copy of its parser that would fall behind the zoo's releases.
+            with _rebound(rl_zoo3.train, "ExperimentManager", ZooExperimentManager):
+                rl_zoo3.train.train()
+            return
+        if pettingzoo_id is None:
+            _enjoy_or_record(script)
+            return
+        import rl_zoo3.utils
+
+        # enjoy and record_video build their env with rl_zoo3.utils.create_test_env, which calls the make_vec_env of
+        # its module and takes no VecEnv factory from record_video: for a PettingZoo env (a pool of its copies, one
+        # slot per agent) that name is the only place to build it without copies of both scripts.
+        make = functools.partial(make_pettingzoo_vec_env, pettingzoo_id, one_copy_as_one_env=True)
+        with _rebound(rl_zoo3.utils, "make_vec_env", make):
+            _enjoy_or_record(script)
+
+
+def _enjoy_or_record(script: str) -> None:
+    if script == "enjoy":
+        from rl_zoo3.enjoy import enjoy
+
+        enjoy()
+    else:  # the zoo's record_video is a script (its code under `if __name__ == "__main__"`): run it as one
+        import runpy
+
+        runpy.run_module("rl_zoo3.record_video", run_name="__main__", alter_sys=False)
