@@ -1,6 +1,6 @@
-"""Training throughput on the env pool, this checkout against another version of sb3_async (A/B, same machine, same
-run): stock PPO on ``AsyncEnvPool(...).as_vec_env()`` and AEDDPG on its own pool, env steps per second with training
-included.
+"""Training throughput, this checkout against another version of sb3_async (A/B, same machine, same run): stock PPO
+on ``AsyncEnvPool(...).as_vec_env()``, AEDDPG on its own pool, and the worker-process algorithms (A3C, async n-step Q,
+Ape-X DQN) on CartPole-v1; env steps per second with training included (start-up included).
 
 The same user code runs against both versions, each case in a fresh process with that version first on ``PYTHONPATH``
 (the cases use only what both versions have: ``AsyncEnvPool(factories, n_workers=, local_envs=).as_vec_env()`` and
@@ -36,6 +36,9 @@ CASES = {
     "PPO Pong, 1 worker + main": ("ppo", "PongNoFrameskip-v4", (1, 4), 2_048),
     "AEDDPG Pendulum-v1": ("ae_ddpg", "Pendulum-v1", None, 3_000),
     "AEDDPG HalfCheetah-v5": ("ae_ddpg", "HalfCheetah-v5", None, 3_000),
+    "A3C CartPole-v1, 2 workers x 8 envs": ("a3c", "CartPole-v1", None, 200_000),
+    "AsyncNStepQ CartPole-v1, 2 workers x 8 envs": ("async_n_step_q", "CartPole-v1", None, 200_000),
+    "ApeXDQN CartPole-v1, 2 actors": ("apex_dqn", "CartPole-v1", None, 50_000),
 }
 
 
@@ -72,14 +75,25 @@ def run_case(name: str) -> float:
         if env_id.startswith("Pong"):
             venv, policy = VecFrameStack(venv, 4), "CnnPolicy"
         model = PPO(policy, venv, n_steps=256, batch_size=256, n_epochs=4, seed=0, device="cpu")
-    else:
+    elif algo == "ae_ddpg":
         from sb3_async import AEDDPG
 
         model = AEDDPG("MlpPolicy", env_id, seed=0, learning_starts=1_000)
+    elif algo == "apex_dqn":
+        from sb3_async import ApeXDQN
+
+        model = ApeXDQN("MlpPolicy", env_id, n_actors=2, seed=0, learning_starts=1_000)
+    else:
+        from sb3_async import A3C, AsyncNStepQ
+
+        algorithm = A3C if algo == "a3c" else AsyncNStepQ
+        model = algorithm("MlpPolicy", env_id, n_workers=2, n_envs_per_worker=8, seed=0)
     start = time.perf_counter()
     model.learn(steps)
     rate = model.num_timesteps / (time.perf_counter() - start)
-    model.get_env().close()
+    env = model.get_env()
+    if env is not None:
+        env.close()
     return rate
 
 
@@ -111,7 +125,7 @@ def main() -> None:
                 rates[case][version].append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(case, {v: round(r[-1]) for v, r in rates[case].items()}, flush=True)
     lines = [
-        "# Training throughput on the env pool, A/B (benchmarks/scripts/end_to_end_ab.py)",
+        "# Training throughput, A/B (benchmarks/scripts/end_to_end_ab.py)",
         "",
         f"This checkout {commits['this checkout']} against {commits['baseline']}; {args.rounds} interleaved rounds, a fresh"
         " process per run, one torch thread; env steps per second with training included (medians), and the median of"
