@@ -6,9 +6,10 @@ fill ``ep_info_buffer``, and the logger writes ``rollout/``, ``time/`` and ``tra
 are started, supervised and stopped by :mod:`sb3_async.runtime`; an algorithm only says what its workers run
 (:meth:`AsyncAlgorithm._worker_specs`).
 
-This module holds the model: construction, ``load()`` / ``save()``, the env, the ``VecNormalize`` statistics the
-workers share, and ``learn()``, which starts the workers and hands over to the supervision loop
-(:mod:`sb3_async.common.supervision`). What runs in the workers is in :mod:`sb3_async.common.worker_side`.
+This module holds the model: construction, ``load()``, the env, and ``learn()``, which starts the workers and hands
+over to the supervision loop (:mod:`sb3_async.common.supervision`). The ``VecNormalize`` statistics the workers share
+are the job of :mod:`sb3_async.common.normalization_sharing`; what runs in the workers is in
+:mod:`sb3_async.common.worker_side`.
 """
 
 from __future__ import annotations
@@ -23,16 +24,11 @@ import torch
 from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
+from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
 from sb3_async.common.callbacks import frozen_evaluations, show_final_timesteps
-from sb3_async.common.normalization import (
-    attach_statistics,
-    load_statistics_state,
-    share_statistics,
-    statistics_state,
-    vec_normalizes,
-)
+from sb3_async.common.normalization import load_statistics_state
+from sb3_async.common.normalization_sharing import SharedNormalization
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_observation_space
 from sb3_async.common.save_util import AtomicSaves
 from sb3_async.common.supervision import WorkerSupervision
@@ -86,7 +82,7 @@ def _snapshot(value: Any) -> Any:
     return value
 
 
-class AsyncAlgorithm(WorkerSupervision, AtomicSaves):
+class AsyncAlgorithm(WorkerSupervision, SharedNormalization, AtomicSaves):
     """Base class of the asynchronous algorithms: SB3's ``learn()`` contract on top of the runtime.
 
     :param policy: policy class or alias (``"MlpPolicy"``, ``"CnnPolicy"``, ...)
@@ -315,58 +311,6 @@ class AsyncAlgorithm(WorkerSupervision, AtomicSaves):
             if self._vec_normalize_env is not None and self._normalization_state is not None:
                 load_statistics_state(self._vec_normalize_env, self._normalization_state)
             self.env = WorkerEnvsView(template, self.n_envs_total)
-
-    # --- normalization statistics shared by the workers (sb3_async.common.normalization) -----------------------
-
-    def get_vec_normalize_env(self) -> VecNormalize | None:
-        """The ``VecNormalize`` of the training env (live shared statistics during ``learn()``); for a model loaded
-        without an env, one rebuilt from the saved env and statistics."""
-        if (
-            self._vec_normalize_env is None
-            and self.env is None
-            and self._env_recipe is not None
-            and self._env_recipe.normalizes
-        ):
-            self._ensure_env()
-        return self._vec_normalize_env
-
-    def _main_vec_normalizes(self) -> list[VecNormalize]:
-        found = [*vec_normalizes(self.env), *([self._vec_normalize_env] if self._vec_normalize_env is not None else [])]
-        return list({id(venv): venv for venv in found}.values())
-
-    def _share_normalization(self, n_writers: int) -> dict[str, Any] | None:
-        """Shared statistics with one slot per worker (rank ``i`` writes slot ``i + 1``), or None without VecNormalize."""
-        venv = self._vec_normalize_env
-        if venv is None or self._env_recipe is None or not self._env_recipe.normalizes:
-            return None
-        shared = share_statistics(venv, n_writers)
-        for main_venv in self._main_vec_normalizes():
-            attach_statistics(main_venv, shared, slot=None)
-        return shared
-
-    def _detach_normalization(self) -> None:
-        if self._vec_normalize_env is None:
-            return
-        state = statistics_state(self._vec_normalize_env)
-        for venv in self._main_vec_normalizes():
-            load_statistics_state(venv, state)
-
-    def load_saved_normalization(self) -> bool:
-        """Copy the ``VecNormalize`` statistics saved with the model into the training env's ``VecNormalize``.
-
-        ``load(path)`` without an env does this itself; ``load(path, env=...)`` keeps the statistics of the env given
-        (SB3's convention). Call this after it to resume from the model's own statistics instead (those of the moment
-        it was saved, e.g. a checkpoint's). Returns whether there were statistics to copy and an env to copy them to.
-        """
-        if self._vec_normalize_env is None or self._normalization_state is None:
-            return False
-        load_statistics_state(self._vec_normalize_env, self._normalization_state)
-        return True
-
-    def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
-        if self._vec_normalize_env is not None:
-            self._normalization_state = statistics_state(self._vec_normalize_env)
-        super().save(path, exclude, include)
 
     def learn(
         self: SelfAsyncAlgorithm,
