@@ -32,6 +32,7 @@ from sb3_async.benchmark.cells import (
 from sb3_async.benchmark.cells import seeds_cell as _seeds
 from sb3_async.benchmark.cells import table as _table
 from sb3_async.benchmark.stats import GroupStats, best_evaluation, group_stats, median_of, ratio_rows, sweep_axes
+from sb3_async.benchmark.tables import peers_of as _peers
 
 __all__ = [
     "MEDIAN_RULE",
@@ -173,16 +174,6 @@ def _errors(results: dict[str, Any]) -> list[str]:
         first = run["error"].strip().splitlines()[-1] if run["error"].strip() else "unknown error"
         lines.append(f"- `{run['run_id']}`: {first} (full log in `logs/{run['run_id']}.log`)")
     return [*lines, ""]
-
-
-def _peers(results: dict[str, Any]) -> dict[str, list[str]]:
-    """Who is compared with whom: as recorded with the results (else the registry's current table)."""
-    recorded = results["suite"].get("peers")
-    if recorded is not None:
-        return {name: list(peers) for name, peers in recorded.items()}
-    from sb3_async.benchmark.registry import ALGORITHMS
-
-    return {name: list(entry.peers) for name, entry in ALGORITHMS.items()}
 
 
 def render_race(results: dict[str, Any], images: dict[str, str]) -> list[str]:

@@ -38,13 +38,14 @@ def fmt_duration(seconds: float | None) -> str:
 
 
 def peers_of(results: dict[str, Any]) -> dict[str, list[str]]:
-    """Who is compared with whom: as recorded with the results (else the registry's current table)."""
-    recorded = results["suite"].get("peers")
-    if recorded is not None:
-        return {name: list(peers) for name, peers in recorded.items()}
+    """Who is compared with whom: as recorded with the results, and the registry's current peers (a folder merged from
+    one-algorithm invocations recorded each algorithm's peers as its own suite listed them)."""
     from sb3_async.benchmark.registry import ALGORITHMS
 
-    return {name: list(entry.peers) for name, entry in ALGORITHMS.items()}
+    peers = {name: list(entry.peers) for name, entry in ALGORITHMS.items()}
+    for name, recorded in (results["suite"].get("peers") or {}).items():
+        peers[name] = list(dict.fromkeys([*recorded, *peers.get(name, [])]))
+    return peers
 
 
 def default_kind(results: dict[str, Any]) -> str:
@@ -223,9 +224,11 @@ class SummaryRow:
 
 def _time_rows(results: dict[str, Any]) -> list[SummaryRow]:
     rows = []
-    for row in ratio_rows(group_stats(results["runs"]), peers_of(results)):
-        if row.ours.variant != "default":
-            continue
+    stats = group_stats(results["runs"])
+    defaults = {(stat.env, stat.algo) for stat in stats if stat.variant == "default"}
+    for row in ratio_rows(stats, peers_of(results)):
+        if row.ours.variant != "default" and (row.env, row.ours.algo) in defaults:
+            continue  # a variant of ours is a study, not our result
         ours, peer = row.ours.median_seconds, row.peer.median_seconds
         value = ratio(ours, peer)
         if value is not None:
@@ -237,8 +240,8 @@ def _time_rows(results: dict[str, Any]) -> list[SummaryRow]:
         rows.append(
             SummaryRow(
                 task=f"{row.env}: time to {row.ours.threshold:g}",
-                ours=row.ours.algo,
-                peer=row.peer.algo,
+                ours=row.ours.label,
+                peer=row.peer.label,
                 ours_value=f"{fmt_duration(ours)} ({row.ours.reached}/{row.ours.runs - row.ours.errors})",
                 peer_value=f"{fmt_duration(peer)} ({row.peer.reached}/{row.peer.runs - row.peer.errors})",
                 ratio=describe_ratio(ours, peer),
