@@ -87,7 +87,8 @@ def make_pettingzoo_vec_env(
 def _not_a_gymnasium_env(**kwargs: Any) -> gym.Env:
     raise TypeError(
         "This id names a multi-agent PettingZoo env, which gymnasium.make cannot build: give AsyncEnvPool a factory of it"
-        " (sb3_async.env_pool.multi_agent.PettingZooEnv)"
+        " (sb3_async.env_pool.multi_agent.PettingZooEnv); with the RL Zoo's Python API, build"
+        " sb3_async.zoo.ZooExperimentManager instead of the zoo's ExperimentManager"
     )
 
 
