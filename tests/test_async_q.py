@@ -11,6 +11,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.envs import FakeImageEnv, SimpleMultiObsEnv
 from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.logger import configure
 
 from sb3_async import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 from sb3_async.common.exploration import epsilon_greedy, linear_epsilon
@@ -64,6 +65,15 @@ def test_bad_arguments(kwargs, error, match):
     policy = kwargs.pop("policy", "MlpPolicy")
     with pytest.raises(error, match=match):
         AsyncNStepQ(policy, "CartPole-v1", n_workers=1, **kwargs)
+
+
+@pytest.mark.parametrize("model_class", FAMILY)
+def test_logs_carry_the_exploration_rate(model_class):
+    """``rollout/exploration_rate`` is logged as by SB3's DQN, the ε that ``predict(deterministic=False)`` uses."""
+    model = model_class("MlpPolicy", "CartPole-v1", n_workers=1, seed=0)
+    model.set_logger(configure(None, []))
+    model._log_extra()
+    assert model.logger.name_to_value["rollout/exploration_rate"] == pytest.approx(model.exploration_rate) == 1.0
 
 
 def test_target_network_refreshed_every_interval_only():

@@ -21,7 +21,8 @@ from sb3_async.apex.returns import (
     weighted_squared_loss,
 )
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
-from sb3_async.common.exploration import epsilon_greedy, epsilon_greedy_like
+from sb3_async.common.epsilon_greedy import EpsilonGreedyPredict
+from sb3_async.common.exploration import epsilon_greedy
 from sb3_async.common.torch_utils import clip_grad_norm, to_tensor
 from sb3_async.validation import check_float
 
@@ -52,7 +53,7 @@ class DQNActorModel(ApeXActorModel):
             return (targets - q).abs().numpy()
 
 
-class ApeXDQN(ApeXAlgorithm):
+class ApeXDQN(EpsilonGreedyPredict, ApeXAlgorithm):
     """Ape-X DQN (Horgan et al. 2018, Algorithms 1 and 2, §3.1): ``n_actors`` actors with fixed ε_i-greedy exploration
     feed one prioritized replay; the learner in the main process trains a dueling network with double Q-learning on
     n-step returns, IS-weighted, and writes the new priorities back.
@@ -199,20 +200,6 @@ class ApeXDQN(ApeXAlgorithm):
         """ε of ``predict(deterministic=False)`` and of ``rollout/exploration_rate``: the mean of the env copies' ε_i."""
         return float(np.mean(self._epsilons()))
 
-    def predict(
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        """Greedy actions; with ``deterministic=False`` ε-greedy with :attr:`exploration_rate`, as SB3's DQN."""
-        actions, state = self.policy.predict(observation, state, episode_start, deterministic=True)
-        if deterministic:
-            return actions, state
-        n_actions = int(self.action_space.n)  # type: ignore[attr-defined]
-        return epsilon_greedy_like(actions, self.exploration_rate, n_actions, np.random.default_rng()), state
-
     def _train_batch(self, batch: PrioritizedArrays) -> tuple[float, np.ndarray]:
         self._update_learning_rate(self.policy.optimizer)
         device = self.device
@@ -238,7 +225,3 @@ class ApeXDQN(ApeXAlgorithm):
 
     def _update_target(self) -> None:
         self.policy.q_net_target.load_state_dict(self.policy.q_net.state_dict())
-
-    def _log_extra(self) -> None:
-        super()._log_extra()
-        self.logger.record("rollout/exploration_rate", self.exploration_rate)

@@ -20,12 +20,12 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.dqn.policies import DQNPolicy, MultiInputPolicy, QNetwork
 from torch.nn import functional as F
 
+from sb3_async.common.epsilon_greedy import EpsilonGreedyPredict
 from sb3_async.common.exploration import (
     PAPER_FINAL_EPSILON_PROBS,
     PAPER_FINAL_EPSILONS,
     check_epsilons,
     epsilon_greedy,
-    epsilon_greedy_like,
     linear_epsilon,
     sample_final_epsilons,
 )
@@ -140,7 +140,7 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
     worker.close()
 
 
-class AsyncQLearning(HogwildAlgorithm):
+class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
     """Base class of the asynchronous value-based methods (Mnih et al. 2016, "Asynchronous Methods for Deep
     Reinforcement Learning", https://arxiv.org/abs/1602.01783, §4 and supp. Algorithm S1). Use one of
     :class:`AsyncOneStepQ`, :class:`AsyncSarsa`, :class:`AsyncNStepQ`.
@@ -290,24 +290,6 @@ class AsyncQLearning(HogwildAlgorithm):
         progress towards the most probable final ε (0.1 with the paper's distribution)."""
         final = self.exploration_final_eps[int(np.argmax(self.exploration_final_eps_probs))]
         return linear_epsilon(self._current_progress_remaining, self.exploration_initial_eps, final, self.exploration_fraction)
-
-    def predict(
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        """Greedy actions; with ``deterministic=False``, each replaced by a random action with probability
-        :attr:`exploration_rate` (ε-greedy, as SB3's DQN)."""
-        actions, state = self.policy.predict(observation, state, episode_start, deterministic=True)
-        if deterministic:
-            return actions, state
-        n_actions = int(self.action_space.n)  # type: ignore[attr-defined]
-        return epsilon_greedy_like(actions, self.exploration_rate, n_actions, np.random.default_rng()), state
-
-    def _log_extra(self) -> None:
-        self.logger.record("rollout/exploration_rate", self.exploration_rate)
 
     def _final_epsilons(self) -> np.ndarray:
         """The final ε of each env, shape ``(n_workers, n_envs_per_worker)``: drawn once per model (saved with it) and

@@ -1,0 +1,43 @@
+"""What the value-based algorithms (the async Q family, Ape-X DQN) show users of their ε-greedy exploration.
+
+Both answer ``predict()`` as SB3's ``DQN`` does and log ``rollout/exploration_rate``; they differ only in how ε is
+set (annealed on global progress, or a fixed ε_i per env), which each gives as :attr:`EpsilonGreedyPredict.exploration_rate`.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import numpy as np
+from stable_baselines3.common.base_class import BaseAlgorithm
+
+from sb3_async.common.exploration import epsilon_greedy_like
+
+
+class EpsilonGreedyPredict(BaseAlgorithm):
+    """SB3's ``DQN.predict`` and the ``rollout/exploration_rate`` log on top of a Q-network policy; a mixin placed
+    before the algorithm's base class."""
+
+    @property
+    @abstractmethod
+    def exploration_rate(self) -> float:
+        """ε of ``predict(deterministic=False)`` and of ``rollout/exploration_rate``."""
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """Greedy actions; with ``deterministic=False``, each replaced by a random action with probability
+        :attr:`exploration_rate` (ε-greedy, as SB3's DQN)."""
+        actions, state = self.policy.predict(observation, state, episode_start, deterministic=True)
+        if deterministic:
+            return actions, state
+        n_actions = int(self.action_space.n)  # type: ignore[attr-defined]
+        return epsilon_greedy_like(actions, self.exploration_rate, n_actions, np.random.default_rng()), state
+
+    def _log_extra(self) -> None:
+        super()._log_extra()  # type: ignore[misc]  # defined by the class this mixin is placed before
+        self.logger.record("rollout/exploration_rate", self.exploration_rate)
