@@ -147,3 +147,36 @@ def test_merge_per_run_lets_interval_and_budget_differ() -> None:
     other_host["machine"]["cpu_model"] = "another cpu"
     with pytest.raises(ValueError, match="cpu_model"):
         merge_per_run([first, other_host])
+
+
+def test_merge_per_run_supersede_keeps_the_later_run_of_an_id() -> None:
+    old = _results([_record("a3c", 0, 10.0, 400.0), _record("a2c", 0, 20.0, 480.0)])
+    new = _results([_record("a3c", 0, 8.0, 495.0)], budget_seconds=60.0)
+    with pytest.raises(ValueError, match="more than one part"):
+        merge_per_run([old, new])
+    merged = merge_per_run([old, new], supersede=True)
+    assert merged["superseded"] == ["CartPole-v1-a3c-0"]
+    assert [(run["algo"], run["final_eval_mean"]) for run in merged["runs"]] == [("a2c", 480.0), ("a3c", 495.0)]
+    assert "runs replaced by a later part's run of the same id: CartPole-v1-a3c-0" in render_markdown(merged)
+
+
+def test_summary_counts_only_races_of_the_newest_entry() -> None:
+    def entry(records: list[dict[str, Any]], n_timesteps: int) -> list[dict[str, Any]]:
+        return [{**record, "hyperparameters": {"n_timesteps": n_timesteps}} for record in records]
+
+    old = _results(entry([_record("a3c", 0, None, 100.0), _record("a2c", 0, 20.0, 480.0)], 1000))
+    new = _results(entry([_record("a3c", 0, 5.0, 490.0), _record("ppo", 0, 10.0, 480.0)], 2000))
+    new["created"] = "2026-02-01T00:00:00+00:00"
+    text = tables.render_results([old, new], "summary")
+    assert "| CartPole-v1: time to 475 | a3c | ppo | 5.0 s (1/1) | 10.0 s (1/1) | 0.50 | yes |" in text
+    assert "a2c" not in text  # the race of the older entry, lost, does not describe today's entry
+    same_entry = _results(entry([_record("a3c", 0, None, 100.0), _record("a2c", 0, 20.0, 480.0)], 2000))
+    assert "| a3c | a2c | n/r (1/1) |" not in tables.render_results([same_entry, new], "summary")
+    assert "| a3c | a2c |" in tables.render_results([same_entry, new], "summary")  # a loss of today's entry shows
+
+
+def test_algos_keep_their_rows_and_their_peers() -> None:
+    text = tables.render_results([RACE], "envs", algos=["a3c"])
+    assert "| a3c |" in text and "| a2c |" in text and "| ppo |" in text
+    with pytest.raises(ValueError, match="None of ae_ddpg"):
+        tables.render_results([RACE], "envs", algos=["ae_ddpg"])

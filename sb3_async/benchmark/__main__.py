@@ -125,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --merge: let the parts' evaluation interval and budget differ (recorded per run)",
     )
     parser.add_argument(
+        "--supersede",
+        action="store_true",
+        help="with --merge: a run id in several parts keeps the last part's run (an entry rerun after it changed)",
+    )
+    parser.add_argument(
         "--merge",
         type=Path,
         nargs="+",
@@ -193,7 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sb3_async.benchmark.tables import render_folders
 
         try:
-            print(render_folders(args.report, args.table), end="")
+            only = [name.strip() for name in args.algos.split(",") if name.strip()] if args.algos else None
+            print(render_folders(args.report, args.table, algos=only), end="")
         except (FileNotFoundError, ValueError) as error:
             parser.error(str(error))
         return 0
@@ -213,8 +219,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             from sb3_async.benchmark.merging import merge_per_run
 
-            merge = merge_per_run if args.per_run_protocol else merge_results
-            results = merge([load_results(folder) for folder in args.merge])
+            loaded = [load_results(folder) for folder in args.merge]
+            if args.per_run_protocol or args.supersede:
+                results = merge_per_run(loaded, supersede=args.supersede)
+            else:
+                results = merge_results(loaded)
         except (FileNotFoundError, ValueError) as error:
             parser.error(str(error))
         args.out.mkdir(parents=True, exist_ok=True)

@@ -20,12 +20,20 @@ from sb3_async.benchmark.runner import merge_results
 PER_RUN_FIELDS = ("eval_interval", "budget_seconds")
 
 
-def merge_per_run(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def merge_per_run(parts: Sequence[dict[str, Any]], supersede: bool = False) -> dict[str, Any]:
     """Merge like :func:`~sb3_async.benchmark.runner.merge_results`, letting :data:`PER_RUN_FIELDS` differ.
 
+    :param supersede: a run id present in several parts keeps the last part's run (an algorithm's zoo entry rerun
+        after it changed, under the same protocol); the merged results list the replaced ids in ``superseded``
     :raises ValueError: as ``merge_results`` does for any other difference
     """
     copies = [copy.deepcopy(part) for part in parts]
+    superseded: list[str] = []
+    if supersede:
+        for index, part in enumerate(copies):
+            later = {run["run_id"] for other in copies[index + 1 :] for run in other["runs"]}
+            superseded += [run["run_id"] for run in part["runs"] if run["run_id"] in later]
+            part["runs"] = [run for run in part["runs"] if run["run_id"] not in later]
     varying: dict[str, list[Any]] = {}
     for field in PER_RUN_FIELDS:
         values = [part["suite"].get(field) for part in copies]
@@ -34,6 +42,8 @@ def merge_per_run(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
             for part in copies:
                 part["suite"][field] = None
     merged = merge_results(copies)
+    if superseded:
+        merged["superseded"] = sorted(set(superseded))
     for field, values in varying.items():
         merged["suite"].setdefault("per_run", {})[field] = values
     # a part that was itself merged per run keeps its own varying settings

@@ -77,6 +77,7 @@ def _command_parser() -> argparse.ArgumentParser:
     parser.add_argument("--report", nargs="+", required=True)
     parser.add_argument("--markdown", action="store_true", required=True)
     parser.add_argument("--table", choices=KINDS)
+    parser.add_argument("--algos")
     return parser
 
 
@@ -91,7 +92,8 @@ def render_command(command: str, root: Path) -> str:
         raise ValueError(
             f"Invalid generated command {command!r}: expected --report DIR... --markdown [--table KIND]"
         ) from error
-    return render_folders([root / folder for folder in args.report], args.table)
+    algos = [name.strip() for name in args.algos.split(",") if name.strip()] if args.algos else None
+    return render_folders([root / folder for folder in args.report], args.table, algos)
 
 
 def block_text(rendered: str) -> list[str]:

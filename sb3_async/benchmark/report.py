@@ -67,6 +67,8 @@ def _header(results: dict[str, Any]) -> list[str]:
     parts = results.get("parts")
     if parts:
         lines.append(f"- merged from {len(parts)} invocations (`--merge`), {fmt_number(wall)} s wall-clock in all:")
+        if results.get("superseded"):
+            lines.append(f"- runs replaced by a later part's run of the same id: {', '.join(results['superseded'])}")
         for part in parts:
             part_command = " ".join(part.get("command") or []) or "unknown command"
             lines.append(

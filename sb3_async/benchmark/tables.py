@@ -17,6 +17,7 @@ Kinds:
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -220,6 +221,13 @@ class SummaryRow:
     ratio: str
     ahead: str
     toughness: float  # higher: the peer does better against ours
+    entry: str = ""  # ours' hyperparameters in that folder
+    created: str = ""  # when that folder's (last) invocation ran
+
+
+def _time_value(stat: GroupStats, with_final: bool) -> str:
+    text = f"{fmt_duration(stat.median_seconds)} ({stat.reached}/{stat.runs - stat.errors})"
+    return text + (f"; final {fmt_number(stat.final_mean, 1)}" if with_final else "")
 
 
 def _time_rows(results: dict[str, Any]) -> list[SummaryRow]:
@@ -233,8 +241,10 @@ def _time_rows(results: dict[str, Any]) -> list[SummaryRow]:
         value = ratio(ours, peer)
         if value is not None:
             toughness, ahead = value, "yes" if value < 1 else "no"
-        elif ours is None and peer is None:
-            toughness, ahead = 1.0, "neither reached"
+        elif ours is None and peer is None:  # neither reached: the final evaluations tell who got closer
+            ours_final, peer_final = row.ours.final_mean, row.peer.final_mean
+            behind = ours_final is None or (peer_final is not None and peer_final > ours_final)
+            toughness, ahead = (1.0, "no (final evaluation)") if behind else (1.0, "yes (final evaluation)")
         else:
             toughness, ahead = (math.inf, "no") if ours is None else (-math.inf, "yes")
         rows.append(
@@ -242,8 +252,8 @@ def _time_rows(results: dict[str, Any]) -> list[SummaryRow]:
                 task=f"{row.env}: time to {row.ours.threshold:g}",
                 ours=row.ours.label,
                 peer=row.peer.label,
-                ours_value=f"{fmt_duration(ours)} ({row.ours.reached}/{row.ours.runs - row.ours.errors})",
-                peer_value=f"{fmt_duration(peer)} ({row.peer.reached}/{row.peer.runs - row.peer.errors})",
+                ours_value=_time_value(row.ours, with_final=ours is None and peer is None),
+                peer_value=_time_value(row.peer, with_final=ours is None and peer is None),
                 ratio=describe_ratio(ours, peer),
                 ahead=ahead,
                 toughness=toughness,
@@ -278,16 +288,33 @@ def _score_rows(results: dict[str, Any]) -> list[SummaryRow]:
     return rows
 
 
+def _entry(results: dict[str, Any], env: str, label: str) -> str:
+    """Ours' hyperparameters in these results, as a comparable string."""
+    for run in results["runs"]:
+        if run["env"] == env and not run.get("error") and label in (run["algo"], f"{run['algo']} {run['variant']}"):
+            return json.dumps(run.get("hyperparameters") or {}, sort_keys=True, default=str)
+    return ""
+
+
+def _created(results: dict[str, Any]) -> str:
+    return max([results["created"], *(part["created"] for part in results.get("parts") or [])])
+
+
 def render_summary(folders: Sequence[dict[str, Any]]) -> list[str]:
-    best: dict[tuple[str, str], SummaryRow] = {}
+    """Per (task, ours): the races of ours' newest zoo entry only (a race of an entry since changed does not describe
+    the entry a user gets), and of those the row where the peer does best against ours."""
+    candidates: dict[tuple[str, str], list[SummaryRow]] = {}
     for results in folders:
         if results["suite"]["kind"] != "race":
             continue
         rows = _time_rows(results) if results["suite"].get("stop_at_threshold", True) else _score_rows(results)
         for row in rows:
-            key = (row.task, row.ours)
-            if key not in best or row.toughness > best[key].toughness:
-                best[key] = row
+            row.entry, row.created = _entry(results, row.task.split(":")[0], row.ours), _created(results)
+            candidates.setdefault((row.task, row.ours), []).append(row)
+    best: dict[tuple[str, str], SummaryRow] = {}
+    for key, rows in candidates.items():
+        newest = max(rows, key=lambda row: row.created).entry
+        best[key] = max((row for row in rows if row.entry == newest), key=lambda row: row.toughness)
     if not best:
         raise ValueError("No race with a pair of an sb3_async algorithm and its peer in these folders")
     return table(
@@ -299,14 +326,31 @@ def render_summary(folders: Sequence[dict[str, Any]]) -> list[str]:
 RENDERERS = {"ratios": render_ratios, "envs": render_envs, "score": render_score, "final": render_final}
 
 
-def render_results(folders: Sequence[dict[str, Any]], kind: str | None = None) -> str:
-    """The Markdown of one published table (a trailing newline, nothing around the table).
+def only_algos(results: dict[str, Any], algos: Sequence[str]) -> dict[str, Any]:
+    """The results with the runs of these algorithms and of their peers only (an algorithm's page shows its rows).
+
+    :raises ValueError: none of these algorithms ran there
+    """
+    peers = peers_of(results)
+    if not any(run["algo"] in algos for run in results["runs"]):
+        raise ValueError(f"None of {', '.join(algos)} in suite {results['suite']['name']!r}")
+    keep = set(algos) | {peer for algo in algos for peer in peers.get(algo, ())}
+    return {**results, "runs": [run for run in results["runs"] if run["algo"] in keep]}
+
+
+def render_results(folders: Sequence[dict[str, Any]], kind: str | None = None, algos: Sequence[str] | None = None) -> str:
+    """The Markdown of one published table (a trailing newline, nothing around the table); with ``algos``, only the
+    rows of these algorithms and their peers (the summary: only these algorithms' rows).
 
     :raises ValueError: an unknown kind, several folders for a one-folder kind, or a folder without what the kind
         shows
     """
     if kind is not None and kind not in KINDS:
         raise ValueError(f"Invalid table {kind!r}: expected one of {', '.join(KINDS)}")
+    if algos and kind == "summary":
+        folders = [only_algos(results, algos) for results in folders if any(r["algo"] in algos for r in results["runs"])]
+    elif algos:
+        folders = [only_algos(results, algos) for results in folders]
     if kind == "summary":
         return "\n".join(render_summary(folders)) + "\n"
     if len(folders) != 1:
@@ -317,6 +361,6 @@ def render_results(folders: Sequence[dict[str, Any]], kind: str | None = None) -
     return "\n".join(RENDERERS[kind or default_kind(results)](results)) + "\n"
 
 
-def render_folders(folders: Sequence[str | Path], kind: str | None = None) -> str:
+def render_folders(folders: Sequence[str | Path], kind: str | None = None, algos: Sequence[str] | None = None) -> str:
     """:func:`render_results` of the ``results.json`` of these folders."""
-    return render_results([load_results(folder) for folder in folders], kind)
+    return render_results([load_results(folder) for folder in folders], kind, algos)
