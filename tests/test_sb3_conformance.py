@@ -3,10 +3,12 @@
 import functools
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import textwrap
 import warnings
+import zipfile
 from pathlib import Path
 
 import gymnasium as gym
@@ -274,13 +276,18 @@ def test_installed_wheel_finds_its_zoo_configs(tmp_path):
     build = _run(wheel_command, cwd=tmp_path)
     assert build.returncode == 0, build.stderr
     (wheel,) = wheel_dir.glob("sb3_async-*.whl")
+    with zipfile.ZipFile(wheel) as archive:  # the wheel holds what a user runs: no other framework's benchmark adapter
+        assert not [name for name in archive.namelist() if re.search(r"sf_appo|torchrl|tianshou", name)]
     install = _run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), str(wheel)], cwd=tmp_path)
     assert install.returncode == 0, install.stderr
     env = {**os.environ, "PYTHONPATH": str(target)}  # the wheel's copy wins over the source checkout
     where = _run(
         [sys.executable, "-c", "import sb3_async.zoo as z; print(z.__file__); print(z.CONFIG_DIR)"], cwd=tmp_path, env=env
     )
-    assert where.stdout.splitlines() == [str(target / "sb3_async" / "zoo.py"), str(target / "sb3_async" / "zoo_configs")]
+    assert where.stdout.splitlines() == [
+        str(target / "sb3_async" / "zoo" / "__init__.py"),
+        str(target / "sb3_async" / "zoo_configs"),
+    ]
     train = _run(
         [
             sys.executable,
