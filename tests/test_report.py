@@ -104,6 +104,32 @@ def test_cli_markdown_prints_and_writes_nothing(tmp_path: Path, capsys: pytest.C
     assert "| CartPole-v1: time to 475 | a3c | ppo |" in capsys.readouterr().out
 
 
+SCRIPT = {
+    "command": "python benchmarks/scripts/some_race.py --out benchmarks/results/some_race",
+    "created": "2026-12-01T10:00:00",
+    "machine": {"cpus": 2},
+    "rates": {"a": [1.0, 2.0]},
+    "table": {"title": "A race", "columns": ["engine", "steps/s"], "rows": [["a", "1,500"], ["b", 2]], "notes": "Medians."},
+}
+
+
+def test_script_table_renders_the_stored_table_and_refuses_bad_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = "**A race**\n\n| engine | steps/s |\n|---|---|\n| a | 1,500 |\n| b | 2 |\n\nMedians.\n"
+    assert tables.render_results([SCRIPT], "script") == expected
+    assert tables.render_results([SCRIPT]) == expected  # a folder without a suite publishes its script's table
+    folder = _write(tmp_path / "some_race", SCRIPT)
+    assert main(["--report", str(folder), "--markdown", "--table", "script"]) == 0
+    assert capsys.readouterr().out == expected
+    with pytest.raises(ValueError, match="No 'table'"):
+        tables.render_results([RACE], "script")
+    with pytest.raises(ValueError, match="2 cells"):
+        tables.render_results([{**SCRIPT, "table": {**SCRIPT["table"], "rows": [["a"]]}}], "script")
+    with pytest.raises(ValueError, match="--algos"):
+        tables.render_results([SCRIPT], "script", algos=["a3c"])
+
+
 def _page(command: str) -> str:
     return f"# Page\n\nIntro.\n\n<!-- generated: {command} -->\n| stale |\n<!-- end generated -->\n\nAfter.\n"
 

@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--table",
-        choices=("ratios", "envs", "score", "final", "summary"),
+        choices=("ratios", "envs", "score", "final", "summary", "script"),
         help="with --report --markdown: which table (default: ratios for races to a threshold, score for fixed budgets)",
     )
     parser.add_argument(

@@ -12,7 +12,9 @@ Kinds:
 - ``envs``: every algorithm of the folder, per env: time and steps to threshold, seeds reaching, final evaluation;
 - ``score``: the evaluation at the end of a fixed training budget (races run past the threshold, e.g. MuJoCo);
 - ``final``: the ``final`` kind: the model ``learn()`` returned against the best periodic evaluation;
-- ``summary``: one row per (task, ours) over several folders: ours, its best peer, the ratio, who is ahead.
+- ``summary``: one row per (task, ours) over several folders: ours, its best peer, the ratio, who is ahead;
+- ``script``: the table a measurement script of ``benchmarks/scripts`` computed from its raw measurements and stored
+  under ``"table"`` in its ``results.json`` (the scripts that cannot be suites: they time engines, not training runs).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from sb3_async.benchmark.cells import NOT_REACHED, describe_ratio, fmt_number, s
 from sb3_async.benchmark.runner import load_results
 from sb3_async.benchmark.stats import GroupStats, best_evaluation, group_stats, median_of, ratio, ratio_rows
 
-KINDS = ("ratios", "envs", "score", "final", "summary")
+KINDS = ("ratios", "envs", "score", "final", "summary", "script")
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -51,6 +53,8 @@ def peers_of(results: dict[str, Any]) -> dict[str, list[str]]:
 
 def default_kind(results: dict[str, Any]) -> str:
     """The table a folder publishes when ``--table`` is not given."""
+    if "suite" not in results and "table" in results:
+        return "script"
     suite = results["suite"]
     if suite["kind"] == "final":
         return "final"
@@ -323,7 +327,32 @@ def render_summary(folders: Sequence[dict[str, Any]]) -> list[str]:
     )
 
 
-RENDERERS = {"ratios": render_ratios, "envs": render_envs, "score": render_score, "final": render_final}
+def render_script(results: dict[str, Any]) -> list[str]:
+    """The ``"table"`` a measurement script stored with its raw data: its title, the table, its notes. The script
+    computes it (``--render DIR`` recomputes it from the raw data), so the figures still come from the folder only.
+
+    :raises ValueError: no ``"table"`` in the results, or a row whose length differs from the columns'
+    """
+    spec = results.get("table")
+    if not isinstance(spec, dict) or not spec.get("columns"):
+        raise ValueError("No 'table' with 'columns' in these results: only a measurement script's folder has one")
+    columns = [str(column) for column in spec["columns"]]
+    rows = [[str(cell) for cell in row] for row in spec.get("rows") or []]
+    for row in rows:
+        if len(row) != len(columns):
+            raise ValueError(f"Invalid row {row!r}: expected {len(columns)} cells, one per column")
+    lines = [f"**{spec['title']}**", ""] if spec.get("title") else []
+    lines += table(columns, rows)
+    return lines + (["", str(spec["notes"])] if spec.get("notes") else [])
+
+
+RENDERERS = {
+    "ratios": render_ratios,
+    "envs": render_envs,
+    "score": render_score,
+    "final": render_final,
+    "script": render_script,
+}
 
 
 def only_algos(results: dict[str, Any], algos: Sequence[str]) -> dict[str, Any]:
@@ -347,6 +376,8 @@ def render_results(folders: Sequence[dict[str, Any]], kind: str | None = None, a
     """
     if kind is not None and kind not in KINDS:
         raise ValueError(f"Invalid table {kind!r}: expected one of {', '.join(KINDS)}")
+    if algos and kind == "script":
+        raise ValueError("Table 'script' shows a measurement script's table whole: --algos does not apply")
     if algos and kind == "summary":
         folders = [only_algos(results, algos) for results in folders if any(r["algo"] in algos for r in results["runs"])]
     elif algos:
