@@ -10,6 +10,7 @@ import pytest
 import torch
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
+from stable_baselines3.td3.policies import TD3Policy
 
 from sb3_async import ApeXDPG, ApeXDQN, WorkerError
 from sb3_async.apex.base import published_parameters
@@ -25,6 +26,7 @@ from sb3_async.apex.returns import (
     stack_transitions,
     weighted_squared_loss,
 )
+from sb3_async.common.dpg import dpg_update
 from tests.helpers import FAST_DPG, FAST_DQN, FailingEnv, learns_and_returns_the_evaluated_model, zoo_model
 
 # --- pure functions ------------------------------------------------------------------------------------------------
@@ -191,6 +193,53 @@ def test_target_network_copied_every_interval():
     assert all(torch.equal(online[k], target[k]) for k in online)
     model._learner_batch()
     assert any(not torch.equal(online[k], target[k]) for k in online)
+
+
+def _linear_td3_policy(lr: float) -> TD3Policy:
+    """Q(s, a) = s + 2a, Q'(s, a) = s + 2a + 1, μ(s) = μ'(s) = tanh(0 s + 0): one linear layer each, plain SGD."""
+    policy = TD3Policy(
+        gym.spaces.Box(-10, 10, (1,)), gym.spaces.Box(-1, 1, (1,)), lambda _: lr, net_arch=[], n_critics=1,
+        optimizer_class=torch.optim.SGD,
+    )  # fmt: skip
+    with torch.no_grad():
+        for critic, bias in ((policy.critic, 0.0), (policy.critic_target, 1.0)):
+            critic.qf0[0].weight.copy_(torch.tensor([[1.0, 2.0]]))
+            critic.qf0[0].bias.fill_(bias)
+        for actor in (policy.actor, policy.actor_target):
+            actor.mu[0].weight.zero_()
+            actor.mu[0].bias.zero_()
+    return policy
+
+
+def test_shared_dpg_update_by_hand():
+    """The update AE-DDPG and Ape-X DPG share, on a batch of two: s = (1, 2), a = (0.5, 0.5), G = (1, 0), d = (0, 1),
+    s' = (3, 4), discount 0.5, w = (1, 0.5), scale ½, SGD with lr 0.1."""
+    batch = dict(
+        observations=torch.tensor([[1.0], [2.0]]),
+        actions=torch.tensor([[0.5], [0.5]]),
+        returns=torch.tensor([1.0, 0.0]),
+        dones=torch.tensor([0.0, 1.0]),
+        next_observations=torch.tensor([[3.0], [4.0]]),
+        discount=0.5,
+    )
+    policy = _linear_td3_policy(lr=0.1)
+    step = dpg_update(policy, **batch, weights=torch.tensor([1.0, 0.5]), loss_scale=0.5, actor_grad_clip=1.0)
+    # Q = (2, 3); Q'(s', μ'(s') = 0) = (4, 5); y = (1 + 0.5 * 4, 0) = (3, 0); δ = (1, -3)
+    np.testing.assert_allclose(step.priorities, [1.0, 3.0])
+    assert step.critic_loss == pytest.approx((1 * 0.5 * 1 + 0.5 * 0.5 * 9) / 2)  # 1.375
+    # dL/dQ = -w δ / 2 = (-0.5, 0.75): ∇(w_s, w_a, b) = (-0.5 + 1.5, -0.25 + 0.375, 0.25); one SGD step of 0.1
+    np.testing.assert_allclose(policy.critic.qf0[0].weight.detach().numpy(), [[0.9, 1.9875]], rtol=1e-6)
+    np.testing.assert_allclose(policy.critic.qf0[0].bias.detach().numpy(), [-0.025], rtol=1e-6)
+    # The actor climbs the updated critic: -mean(0.9 s - 0.025) at μ = 0; ∇ = -1.9875 / 2 * (s, 1) = (-2.98, -1.99),
+    # clipped element-wise to -1: one SGD step of 0.1 gives 0.1 to both
+    assert step.actor_loss == pytest.approx(-(0.875 + 1.775) / 2)
+    np.testing.assert_allclose(policy.actor.mu[0].weight.detach().numpy(), [[0.1]], rtol=1e-6)
+    np.testing.assert_allclose(policy.actor.mu[0].bias.detach().numpy(), [0.1], rtol=1e-6)
+    # The target networks are only read
+    assert policy.critic_target.qf0[0].bias.item() == 1.0 and policy.actor_target.mu[0].weight.item() == 0.0
+    # Uniform replay: DDPG's mean squared error (scale 1), no priorities
+    uniform = dpg_update(_linear_td3_policy(lr=0.1), **batch)
+    assert uniform.critic_loss == pytest.approx((1 + 9) / 2) and uniform.priorities is None
 
 
 def test_dpg_learner_batch_updates_critic_and_clips_the_actor_gradient():

@@ -13,9 +13,10 @@ from stable_baselines3.td3.policies import CnnPolicy, MultiInputPolicy, TD3Polic
 from torch import nn
 
 from sb3_async.apex.base import ApeXActorModel, ApeXAlgorithm
-from sb3_async.apex.returns import NStepTransitions, bootstrapped_targets, weighted_squared_loss
+from sb3_async.apex.returns import NStepTransitions, bootstrapped_targets
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
-from sb3_async.common.torch_utils import prefer_fused_adam, to_tensor
+from sb3_async.common.dpg import ddpg_policy_kwargs, dpg_update
+from sb3_async.common.torch_utils import to_tensor
 from sb3_async.validation import check_float
 
 
@@ -124,13 +125,8 @@ class ApeXDPG(ApeXAlgorithm):
     ):
         self.actor_grad_clip = check_float("actor_grad_clip", actor_grad_clip)
         self.action_noise_std = check_float("action_noise_std", action_noise_std)
-        if policy_kwargs is not None and not isinstance(policy_kwargs, dict):
-            raise TypeError(f"Invalid policy_kwargs={policy_kwargs!r}: expected a dict or None")
-        policy_kwargs = dict(policy_kwargs or {})
-        policy_kwargs.setdefault("net_arch", dict(pi=[300, 200], qf=[400, 300]))  # paper appendix
-        policy_kwargs.setdefault("activation_fn", nn.Tanh)
-        policy_kwargs.setdefault("n_critics", 1)  # DDPG: one critic
-        prefer_fused_adam(policy_kwargs)
+        # The paper appendix's networks; one critic (DDPG's)
+        policy_kwargs = ddpg_policy_kwargs(policy_kwargs, dict(pi=[300, 200], qf=[400, 300]), activation_fn=nn.Tanh)
         super().__init__(
             policy,
             env,
@@ -183,32 +179,21 @@ class ApeXDPG(ApeXAlgorithm):
         policy = self.policy
         self._update_learning_rate([policy.actor.optimizer, policy.critic.optimizer])
         device = self.device
-        obs, next_obs = (
+        step = dpg_update(
+            policy,
             torch.as_tensor(batch.observations, device=device),
+            torch.as_tensor(batch.actions, device=device),
+            torch.as_tensor(batch.rewards, device=device).flatten(),
+            torch.as_tensor(batch.dones, device=device).flatten(),
             torch.as_tensor(batch.next_observations, device=device),
+            self.gamma**self.n_steps,
+            weights=torch.as_tensor(batch.weights, device=device).flatten(),
+            loss_scale=0.5,  # Ape-X §3.1: l = ½ δ²
+            actor_grad_clip=self.actor_grad_clip,  # paper appendix
         )
-        actions = torch.as_tensor(batch.actions, device=device)
-        returns = torch.as_tensor(batch.rewards, device=device).flatten()
-        dones = torch.as_tensor(batch.dones, device=device).flatten()
-        weights = torch.as_tensor(batch.weights, device=device).flatten()
-        with torch.no_grad():
-            next_values = policy.critic_target(next_obs, policy.actor_target(next_obs))[0].flatten()
-            targets = bootstrapped_targets(returns, dones, next_values, self.gamma**self.n_steps)
-        td_errors = targets - policy.critic(obs, actions)[0].flatten()
-        critic_loss = weighted_squared_loss(td_errors, weights)
-        policy.critic.optimizer.zero_grad()
-        critic_loss.backward()
-        policy.critic.optimizer.step()
-        actor_loss = -policy.critic.q1_forward(obs, policy.actor(obs)).mean()
-        policy.actor.optimizer.zero_grad()
-        # Gradients of the actor's parameters only: the critic's weight gradients of this pass would be discarded (its
-        # next step zeroes them), so autograd skips computing them (~a third of this backward pass).
-        actor_params = list(policy.actor.parameters())
-        actor_loss.backward(inputs=actor_params)
-        torch.nn.utils.clip_grad_value_(actor_params, self.actor_grad_clip)
-        policy.actor.optimizer.step()
-        self._last_actor_loss = float(actor_loss.item())
-        return float(critic_loss.item()), td_errors.detach().abs().cpu().numpy()
+        self._last_actor_loss = step.actor_loss
+        assert step.priorities is not None  # weighted: a prioritized replay's update
+        return step.critic_loss, step.priorities
 
     def _update_target(self) -> None:
         self.policy.actor_target.load_state_dict(self.policy.actor.state_dict())
