@@ -16,8 +16,13 @@ with 1 thread (TorchRL's workers and ours alike). ``--busy N`` starts N CPU-boun
 PufferLib and TorchRL are comparators, not dependencies: ``pip install pufferlib-core --no-deps`` and
 ``pip install torchrl tensordict`` (an engine whose library is missing is left out, and the report says so).
 
-Usage: ``python benchmarks/scripts/env_pool_race.py [--rounds 6] [--seconds 0.5] [--busy 0]
-[--out benchmarks/results/env_pool_race]``
+Usage: ``python benchmarks/scripts/env_pool_race.py [--rounds 6] [--seconds 0.5] [--busy 0] [--out DIR]``: without
+``--out`` it prints the table only. With ``--out DIR`` it writes ``DIR/results.json`` (the raw rates per round, the
+command, the date, the machine, and the ``"table"`` that :func:`table_of` computes from the rates) and
+``DIR/README.md``; ``python -m sb3_async.benchmark --report DIR --markdown --table script`` prints that table, and
+``--render DIR`` recomputes it from the raw rates. The published race::
+
+    python benchmarks/scripts/env_pool_race.py --rounds 6 --seconds 0.5 --out benchmarks/results/env_pool_race
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from importlib import metadata
 from typing import Any
 
@@ -226,48 +232,76 @@ def medians(races: list[dict[str, list[float]]]) -> dict[str, float]:
     return found
 
 
-def report(
-    results: dict[str, list[dict[str, list[float]]]], engines: list[str], args: argparse.Namespace, load: float, failed: dict
-) -> str:
+SHORT = {POOL: "pool, 2 workers", POOL1: "pool, 1 worker + main", POOL0: "pool, n_workers=0", PUFFER: "PufferLib (2 workers)",
+         TORCHRL: "TorchRL ParallelEnv (2 workers)"}  # fmt: skip
+
+
+def command_of(args: argparse.Namespace | dict[str, Any]) -> str:
+    """The command that reproduces a race of these arguments."""
+    a = vars(args) if isinstance(args, argparse.Namespace) else args
+    words = ["python benchmarks/scripts/env_pool_race.py", f"--rounds {a['rounds']}", f"--seconds {a['seconds']}"]
+    words += [f"--busy {a['busy']}"] if a["busy"] else []
+    words += [f"--tasks {' '.join(a['tasks'])}"] if list(a["tasks"]) != list(TASKS) else []
+    words += [f"--sizes {' '.join(map(str, a['sizes']))}"] if list(a["sizes"]) != list(SIZES) else []
+    words += [f"--engines {' '.join(repr(e) for e in a['engines'])}"] if a.get("engines") else []
+    words += [f"--split {a['split']}"] if a["split"] != 32 else []
+    return " ".join(words + ([f"--out {a['out']}"] if a.get("out") else []))
+
+
+def table_of(record: dict[str, Any]) -> dict[str, Any]:
+    """The published table of a race, from its raw rates only (``record``: what ``results.json`` holds): each
+    engine's median env steps/s, and the pools' ratios to DummyVecEnv and to the fastest multi-process vectorizer."""
+    args, engines, results = record["args"], record["engines"], record["steps_per_s"]
     others = [engine for engine in MULTI_PROCESS if engine in engines]
-    pools = [engine for engine in POOLS if engine in engines]
-    lines = [
-        "# AsyncEnvPool against the vectorizers (benchmarks/scripts/env_pool_race.py)",
-        "",
-        f"Random actions, synchronous stepping. Per task and env count one fresh process steps every engine in bursts of"
-        f" {args.seconds} s, in a new random order each of {args.rounds} rounds (PufferLib, whose workers spin, opened"
-        f" for each of its bursts and closed after it; the others open throughout);"
-        f" ratios are taken within a round, medians over rounds (absolute steps/s are medians, for scale). From"
-        f" {args.split} envs on, SubprocVecEnv and gymnasium's AsyncVectorEnv (one process per env each) race apart,"
-        f" each against the pool and DummyVecEnv in its own process, and a ratio to them is taken in that race."
-        f" {args.busy} CPU-bound processes ran beside the race. Load average at start: {load:.2f}."
-        f" {platform.machine()}, {os.cpu_count()} cores, Python"
-        f" {platform.python_version()}, torch threads 1 in every process; gymnasium {version('gymnasium')},"
-        f" stable-baselines3 {version('stable_baselines3')}, pufferlib-core {version('pufferlib-core')}, torchrl"
-        f" {version('torchrl')}.",
-        "",
-        "| task | envs | "
-        + " | ".join(engines)
-        + "".join(f" | {name} / fastest multi-process | {name} / DummyVecEnv" for name in pools)
-        + " |",
-        "|---|---" + "|---" * (len(engines) + 2 * len(pools)) + "|",
-    ]
+    pools = [engine for engine in (POOL1, POOL) if engine in engines]
+    columns = ["task", "envs", *(SHORT.get(engine, engine) for engine in engines)]
+    for pool in pools:
+        columns += [f"{SHORT[pool]} / DummyVecEnv", f"{SHORT[pool]} / fastest multi-process"]
+    rows = []
     for key, races in results.items():
         task, n_envs = key.rsplit(" ", 1)
         rates = medians(races)
-        cells = " | ".join(f"{rates[engine]:,.0f}" for engine in engines)
-        ratios = "".join(
-            f" | {ratio(races, pool, others):.2f} | {ratio(races[:1], pool, ['DummyVecEnv']):.2f}" for pool in pools
-        )
-        lines.append(f"| {task} | {n_envs} | {cells}{ratios} |")
-    for key, why in failed.items():
-        lines.append(f"| {key.rsplit(' ', 1)[0]} | {key.rsplit(' ', 1)[1]} | {why} |")
+        row = [task, n_envs, *(f"{rates[engine]:,.0f}" for engine in engines)]
+        for pool in pools:
+            row += [f"{ratio(races[:1], pool, ['DummyVecEnv']):.2f}", f"{ratio(races, pool, others):.2f}"]
+        rows.append(row)
+    for key, why in record.get("failed", {}).items():
+        rows.append([*key.rsplit(" ", 1), *(["—"] * (len(columns) - 3)), why])
+    machine = record["machine"]
     missing = [engine for engine in ENGINES if engine not in engines]
-    if missing:
-        lines += ["", f"Left out (library not installed): {', '.join(missing)}."]
-    lines += ["", f"Command: `python benchmarks/scripts/env_pool_race.py --rounds {args.rounds} --seconds {args.seconds}"
-              f" --busy {args.busy} --tasks {' '.join(args.tasks)} --sizes {' '.join(map(str, args.sizes))}`", ""]  # fmt: skip
-    return "\n".join(lines)
+    notes = (
+        f"Env steps per second (medians over {args['rounds']} rounds), random actions, synchronous stepping; "
+        f'"pool" is `AsyncEnvPool(...).as_vec_env()`, "1 worker + main" is `n_workers=1, local_envs=n_envs // 2`. '
+        f"Every engine steps in bursts of {args['seconds']} s, in a new random order each round; a ratio is taken "
+        "between bursts of one round, then the median over rounds. From "
+        f"{args['split']} envs on, SubprocVecEnv and gymnasium's AsyncVectorEnv (one process per env) race apart, "
+        "each against the pools and DummyVecEnv, and the ratio to them is taken in that race. "
+        + (f"{args['busy']} CPU-bound processes ran beside the race. " if args["busy"] else "")
+        + f"{machine['cpus']} cores, torch 1 thread in every process, Python {machine['python']}; "
+        + ", ".join(f"{name} {value}" for name, value in machine["versions"].items())
+        + "."
+        + (f" Left out (library not installed): {', '.join(missing)}." if missing else "")
+    )
+    return {"title": "Env steps per second: AsyncEnvPool against the vectorizers", "columns": columns, "rows": rows,
+            "notes": notes}  # fmt: skip
+
+
+def write_folder(out: str, record: dict[str, Any]) -> None:
+    """``results.json`` (the raw rates and their table) and ``README.md`` (the table and its command)."""
+    record = {**record, "table": table_of(record)}
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "results.json"), "w") as file:
+        json.dump(record, file, indent=1)
+    with open(os.path.join(out, "README.md"), "w") as file:
+        file.write(f"# AsyncEnvPool against the vectorizers\n\n```\n{record['command']}\n```\n\n")
+        file.write(f"`python -m sb3_async.benchmark --report {out} --markdown --table script` prints the table.\n")
+
+
+def render(folder: str) -> None:
+    """Recompute the folder's table from the raw rates of its ``results.json`` (after a change of :func:`table_of`)."""
+    with open(os.path.join(folder, "results.json")) as file:
+        record = json.load(file)
+    write_folder(folder, record)
 
 
 def main() -> None:
@@ -278,11 +312,15 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="*", default=list(TASKS))
     parser.add_argument("--sizes", nargs="*", type=int, default=list(SIZES))
     parser.add_argument("--engines", nargs="*", help="a subset of the engines (default: every one installed)")
-    parser.add_argument("--out", default="benchmarks/results/env_pool_race")
+    parser.add_argument("--out", help="write results.json and README.md to this folder (default: print the table only)")
+    parser.add_argument("--render", metavar="DIR", help="recompute DIR's table from the raw rates of DIR/results.json")
     parser.add_argument("--split", type=int, default=32, help="env count from which the per-env-process engines race apart")
     parser.add_argument("--timeout", type=float, default=900, help="seconds for one task and env count")
     parser.add_argument("--one", nargs=2, metavar=("TASK", "N_ENVS"), help="one task's race (internal)")
     args = parser.parse_args()
+    if args.render:
+        render(args.render)
+        return
     engines = [engine for engine in (args.engines or ENGINES) if available(engine)]
     if args.one:
         print(json.dumps(race(args.one[0], int(args.one[1]), engines, args.rounds, args.seconds)))
@@ -293,7 +331,16 @@ def main() -> None:
         hog.start()
     results: dict[str, list[dict[str, list[float]]]] = {}
     failed: dict[str, str] = {}
-    os.makedirs(args.out, exist_ok=True)
+    versions = {name: version(name) for name in ("gymnasium", "stable_baselines3", "pufferlib-core", "torchrl")}
+    machine = {"arch": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(), "versions": versions}
+    record: dict[str, Any] = {
+        "command": command_of(args),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine,
+        "args": {key: value for key, value in vars(args).items() if key not in ("one", "render")},
+        "engines": engines,
+        "load_average_at_start": load,
+    }
     try:
         for task in args.tasks:
             for n_envs in args.sizes:
@@ -315,16 +362,13 @@ def main() -> None:
                 if key in failed:
                     del results[key]
                 print(key, failed.get(key) or medians(results[key]), flush=True)
-                record = {"args": vars(args), "engines": engines, "load_average_at_start": load, "steps_per_s": results}
-                with open(os.path.join(args.out, "results.json"), "w") as file:
-                    json.dump({**record, "failed": failed}, file, indent=1)
+                if args.out:  # after each task, so that a race cut short keeps what it measured
+                    write_folder(args.out, {**record, "steps_per_s": results, "failed": failed})
     finally:
         for hog in hogs:
             hog.kill()
-    text = report(results, engines, args, load, failed)
-    with open(os.path.join(args.out, "README.md"), "w") as file:
-        file.write(text)
-    print(text)
+    spec = table_of({**record, "steps_per_s": results, "failed": failed})
+    print(" | ".join(spec["columns"]), *(" | ".join(row) for row in spec["rows"]), spec["notes"], sep="\n")
 
 
 if __name__ == "__main__":

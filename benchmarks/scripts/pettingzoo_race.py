@@ -15,9 +15,17 @@ defaults (the RL Zoo's when it has no tuned entry) but ``n_steps=256`` and ``bat
 One torch thread. The model ``learn()`` returns is scored off the clock: the mean return per agent of 20
 deterministic episodes (60 slot episodes) on a fresh pool, seeded 1000 + seed. Each run in a fresh process (``--one``).
 
-    python benchmarks/scripts/pettingzoo_race.py --seeds 0 1 2 --steps 30000 --out benchmarks/results/pettingzoo_race
-    python benchmarks/scripts/pettingzoo_race.py --algos a3c ppo_supersuit --seeds 0 1 2 --steps 200000 \\
-        --steps-for a3c 270000 --out benchmarks/results/pettingzoo_race_a3c
+Without ``--out`` it prints the table only. With ``--out DIR`` it writes ``DIR/results.json`` (every run's steps,
+seconds and score, the command, the date, the machine, and the ``"table"`` that :func:`table_of` computes from the
+runs) and ``DIR/README.md``; ``python -m sb3_async.benchmark --report DIR --markdown --table script`` prints that
+table, and ``--render DIR`` recomputes it from the runs. The published race (AE-DDPG against TD3)::
+
+    python benchmarks/scripts/pettingzoo_race.py --seeds 0 1 2 --steps 30000 --algos ae_ddpg td3_supersuit \\
+        --out benchmarks/results/pettingzoo_race
+
+A3C against PPO at one budget of slot steps::
+
+    python benchmarks/scripts/pettingzoo_race.py --algos a3c ppo_supersuit --seeds 0 1 2 --steps 200000
 
 Needs ``pip install "sb3-async[pettingzoo]" "supersuit>=3.11"``.
 """
@@ -27,10 +35,12 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 ALGOS = ("ae_ddpg", "td3_supersuit", "a3c", "ppo_supersuit")
@@ -101,53 +111,112 @@ def run_one(algo: str, seed: int, steps: int) -> dict:
     return {"algo": algo, "seed": seed, "steps": int(model.num_timesteps), "seconds": train_seconds, "score": float(score)}
 
 
+LABELS = {
+    "ae_ddpg": "AE-DDPG on AsyncEnvPool",
+    "td3_supersuit": "TD3 (SB3) on SuperSuit",
+    "a3c": "A3C, its workers' own copies",
+    "ppo_supersuit": "PPO (SB3) on SuperSuit",
+}
+
+
+def command_of(seeds: list[int], steps: int, algos: list[str], steps_for: list[list[str]], out: str | None) -> str:
+    """The command that reproduces a race of these arguments."""
+    words = ["python benchmarks/scripts/pettingzoo_race.py", f"--seeds {' '.join(map(str, seeds))}", f"--steps {steps}"]
+    words += [f"--algos {' '.join(algos)}"] if list(algos) != list(ALGOS) else []
+    words += [f"--steps-for {algo} {budget}" for algo, budget in steps_for]
+    return " ".join(words + ([f"--out {out}"] if out else []))
+
+
+def table_of(record: dict) -> dict:
+    """The published table of a race, from its runs only (``record``: what ``results.json`` holds): per algorithm,
+    the slot steps, the median training seconds, each seed's score and the median score."""
+    rows = []
+    for algo in dict.fromkeys(run["algo"] for run in record["runs"]):
+        mine = sorted((run for run in record["runs"] if run["algo"] == algo), key=lambda run: run["seed"])
+        rows.append(
+            [
+                LABELS.get(algo, algo),
+                f"{statistics.median(run['steps'] for run in mine):,.0f}",
+                f"{statistics.median(run['seconds'] for run in mine):.0f}",
+                ", ".join(f"{run['score']:.1f}" for run in mine),
+                f"{statistics.median(run['score'] for run in mine):.1f}",
+            ]
+        )
+    seeds = sorted({run["seed"] for run in record["runs"]})
+    notes = (
+        "MPE's `simple_spread_v3` (3 agents, `max_cycles=25`), one policy for every agent; setups as in "
+        "`benchmarks/scripts/pettingzoo_race.py`. Score: the mean return per agent of 60 deterministic slot episodes "
+        f"of the model `learn()` returned (higher is better), seeds {', '.join(map(str, seeds))}, each run in a fresh "
+        f"process, one torch thread, {record['machine']['cpus']} cores."
+    )
+    return {
+        "title": "Learning on simple_spread_v3: ours on the pool against SB3 through SuperSuit",
+        "columns": ["algorithm", "slot steps", "train seconds (median)", "score per seed", "median score"],
+        "rows": rows,
+        "notes": notes,
+    }
+
+
+def write_folder(out: Path, record: dict) -> None:
+    """``results.json`` (the runs and their table) and ``README.md`` (the command and how to print the table)."""
+    record = {**record, "table": table_of(record)}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(record, indent=1))
+    (out / "README.md").write_text(
+        f"# Ours on the pool against SB3 through SuperSuit on simple_spread_v3\n\n```\n{record['command']}\n```\n\n"
+        f"`python -m sb3_async.benchmark --report {out} --markdown --table script` prints the table.\n"
+    )
+
+
+def machine() -> dict:
+    import platform
+    from importlib import metadata
+
+    versions = {}
+    for package in ("stable_baselines3", "torch", "pettingzoo", "mpe2", "supersuit"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return {"arch": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(), "versions": versions}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=30_000)
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None, help="write results.json and README.md here (default: print)")
+    parser.add_argument("--render", type=Path, metavar="DIR", help="recompute DIR's table from the runs of DIR/results.json")
     parser.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS))
     parser.add_argument(
         "--steps-for", nargs=2, action="append", default=[], metavar=("ALGO", "STEPS"), help="another budget for ALGO"
     )
     parser.add_argument("--one", nargs=2, metavar=("ALGO", "SEED"))
     args = parser.parse_args()
+    if args.render:
+        write_folder(args.render, json.loads((args.render / "results.json").read_text()))
+        return
     if args.one:
         print(json.dumps(run_one(args.one[0], int(args.one[1]), args.steps)))
         return
     budgets = {algo: args.steps for algo in args.algos} | {algo: int(steps) for algo, steps in args.steps_for}
-    runs = []
+    record = {
+        "command": command_of(args.seeds, args.steps, args.algos, args.steps_for, args.out and str(args.out)),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "budgets": budgets,
+        "runs": [],
+    }
     for seed in args.seeds:
         for algo in args.algos:  # interleaved, each in a fresh process
             command = [sys.executable, __file__, "--one", algo, str(seed), "--steps", str(budgets[algo])]
             line = subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-            runs.append(json.loads(line))
+            record["runs"].append(json.loads(line))
             print(line, flush=True)
-    lines = [
-        "# Ours on the pool against SB3 through SuperSuit on simple_spread_v3 (benchmarks/scripts/pettingzoo_race.py)",
-        "",
-        f"Slot steps: {', '.join(f'{algo} {steps}' for algo, steps in budgets.items())}; seeds {args.seeds}; score: mean"
-        " return per agent, 60 deterministic slot episodes of the returned model. Command: `python"
-        f" benchmarks/scripts/pettingzoo_race.py --seeds {' '.join(map(str, args.seeds))} --steps {args.steps}"
-        f" --algos {' '.join(args.algos)}" + "".join(f" --steps-for {algo} {steps}" for algo, steps in args.steps_for) + "`",
-        "",
-        "| algo | seed | steps | train seconds | score |",
-        "|---|---|---|---|---|",
-        *(f"| {r['algo']} | {r['seed']} | {r['steps']} | {r['seconds']:.1f} | {r['score']:.2f} |" for r in runs),
-        "",
-        "| algo | median score | median train seconds |",
-        "|---|---|---|",
-    ]
-    for algo in args.algos:
-        mine = [r for r in runs if r["algo"] == algo]
-        score, seconds = statistics.median(r["score"] for r in mine), statistics.median(r["seconds"] for r in mine)
-        lines.append(f"| {algo} | {score:.2f} | {seconds:.1f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
+    spec = table_of(record)
+    print(" | ".join(spec["columns"]), *(" | ".join(row) for row in spec["rows"]), spec["notes"], sep="\n")
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "README.md").write_text(text)
-        (args.out / "results.json").write_text(json.dumps(runs, indent=1))
+        write_folder(args.out, record)
 
 
 if __name__ == "__main__":
