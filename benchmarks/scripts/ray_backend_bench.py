@@ -12,7 +12,10 @@ change of the machine's load hits both backends alike. A run trains for ``--seco
 nodes the workers ran on, and a Ray actor round trip carrying an A3C CartPole gradient (the parameter-server-per-update
 design's cost per update) against the local update time.
 
-    python benchmarks/scripts/ray_backend_bench.py --rounds 2 --seconds 40 --out benchmarks/results/ray_backend
+    python benchmarks/scripts/ray_backend_bench.py --rounds 2 --seconds 40 [--out DIR]
+
+Without ``--out`` it prints its tables only; with ``--out DIR`` it also writes ``DIR/runs.json`` (every run's
+measurements) and ``DIR/results.md``.
 """
 
 from __future__ import annotations
@@ -295,7 +298,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--warmup", type=float, default=15.0)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/ray_backend"))
+    parser.add_argument("--out", type=Path, help="write runs.json and results.md to this folder (default: print only)")
     args = parser.parse_args()
     if args.one:
         print("RESULT " + json.dumps(run_one(*args.one, args.seconds, args.warmup)), flush=True)
@@ -309,7 +312,6 @@ def main() -> None:
     if args.ingest:
         print("RESULT " + json.dumps(run_ingest()), flush=True)
         return
-    args.out.mkdir(parents=True, exist_ok=True)
     runs = []
 
     def fresh(*extra: str) -> dict[str, Any]:
@@ -329,7 +331,6 @@ def main() -> None:
     print(json.dumps(cluster), flush=True)
     replay = fresh("--replay")
     print(json.dumps(replay), flush=True)
-    (args.out / "runs.json").write_text(json.dumps(dict(runs=runs, cluster=cluster, replay=replay), indent=1))
 
     lines = [
         "| algo | backend | env steps/s | learner updates/s | ray.init (s) | runtime start (s) | learn() to first steps (s) "
@@ -352,7 +353,10 @@ def main() -> None:
         lines.append(f"| {algo} | {', '.join(f'{ratio:.2f}' for ratio in ratios)} |")
     lines += ["", "Two-node cluster on this machine: " + json.dumps(cluster)]
     lines += ["", "Replay (PrioritizedReplayBuffer, CPU time): " + json.dumps(replay)]
-    (args.out / "results.md").write_text("\n".join(lines) + "\n")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "runs.json").write_text(json.dumps(dict(runs=runs, cluster=cluster, replay=replay), indent=1))
+        (args.out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
