@@ -6,7 +6,8 @@ Examples::
     python -m sb3_async.benchmark --suite smoke --out /tmp/smoke
     python -m sb3_async.benchmark --suite cartpole --out benchmarks/results/cartpole --seeds 5 --algos a3c,a2c
     python -m sb3_async.benchmark --report benchmarks/results/cartpole     # results.md and plots from results.json
-    python -m sb3_async.benchmark --merge /tmp/s0 /tmp/s12 --out benchmarks/results/x  # seeds run apart, one table
+    python -m sb3_async.benchmark --merge runs/s0 runs/s12 --out runs/cartpole  # seeds run apart, one table
+    python -m sb3_async.benchmark --report benchmarks/results/env_pool_race --markdown --table script  # a script's table
     python -m sb3_async.benchmark --suite cartpole --algos a3c,torchrl_ppo --peer-python peers=.venv-peers/bin/python
     python -m sb3_async.benchmark --suite pong --peers-from benchmarks/peers --algos a3c,sf_appo,torchrl_ppo --seeds 3
 """
