@@ -22,6 +22,7 @@ from sb3_async.benchmark.registry import (
     AlgorithmEntry,
     get_algorithm,
     get_env,
+    lookup,
     peers_of,
 )
 from sb3_async.validation import check_int
@@ -160,10 +161,7 @@ def get_suite(name: str) -> Suite:
 
     :raises ValueError: naming the registered suites
     """
-    try:
-        return _SUITES[name]
-    except KeyError:
-        raise ValueError(f"Unknown suite {name!r}: expected one of {', '.join(_SUITES)}") from None
+    return lookup(_SUITES, name, "suite")
 
 
 def list_suites() -> list[Suite]:

@@ -20,6 +20,15 @@ import numpy as np
 from sb3_async.benchmark.stats import group_stats, sweep_axes
 
 
+def _save(plt: Any, figure: Any, title: str, path: Path) -> Path:
+    """Title ``figure``, write it to ``path`` and close it."""
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
 def _pyplot() -> Any:
     try:
         import matplotlib
@@ -85,11 +94,7 @@ def plot_curves(runs: Sequence[dict[str, Any]], title: str, threshold: float | N
         axis.set_ylabel("deterministic evaluation return")
         axis.grid(alpha=0.3)
     axes[1].legend(loc="best", fontsize=8)
-    figure.suptitle(f"{title}: median over seeds, min–max shaded")
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return _save(plt, figure, f"{title}: median over seeds, min–max shaded", path)
 
 
 def plot_scaling(runs: Sequence[dict[str, Any]], title: str, path: Path) -> Path:
@@ -125,11 +130,7 @@ def plot_scaling(runs: Sequence[dict[str, Any]], title: str, path: Path) -> Path
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
         axis.set_ylim(bottom=0)
-    figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return _save(plt, figure, title, path)
 
 
 def plot_sweep(runs: Sequence[dict[str, Any]], title: str, path: Path) -> Path:
@@ -162,11 +163,7 @@ def plot_sweep(runs: Sequence[dict[str, Any]], title: str, path: Path) -> Path:
     axes[1].set_xlabel(x_key)
     if all(isinstance(x, (int, float)) and x > 0 for x in (run["axes"][x_key] for run in ok)):
         axes[1].set_xscale("log")
-    figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return _save(plt, figure, title, path)
 
 
 def _safe(name: str) -> str:

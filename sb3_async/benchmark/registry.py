@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import TypeVar
 
 #: The libraries an algorithm can come from: ours, stock SB3 (through the RL Zoo) and external peers (an adapter each).
 LIBRARIES = ("sb3_async", "sb3", "external")
@@ -124,6 +125,17 @@ def adapter_path(module: str) -> Path:
     if spec is None or spec.origin is None:
         raise ValueError(f"Invalid adapter={module!r}: no such module")
     return Path(spec.origin)
+
+
+Entry = TypeVar("Entry")
+
+
+def lookup(table: Mapping[str, Entry], name: str, kind: str) -> Entry:
+    """``table[name]``, or a ``ValueError`` naming ``kind`` and the registered names."""
+    try:
+        return table[name]
+    except KeyError:
+        raise ValueError(f"Unknown {kind} {name!r}: expected one of {', '.join(table)}") from None
 
 
 _ENVS: dict[str, EnvEntry] = {}
@@ -250,10 +262,7 @@ def get_env(env_id: str) -> EnvEntry:
 
     :raises ValueError: naming the registered envs
     """
-    try:
-        return _ENVS[env_id]
-    except KeyError:
-        raise ValueError(f"Unknown env {env_id!r}: expected one of {', '.join(_ENVS)}") from None
+    return lookup(_ENVS, env_id, "env")
 
 
 def peers_of(name: str) -> tuple[str, ...]:

@@ -178,6 +178,18 @@ def _errors(results: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _images(images: dict[str, str], *keys: str) -> list[str]:
+    """Markdown lines showing the plots of ``keys`` that exist."""
+    return [line for key in keys if key in images for line in (f"![{key}]({images[key]})", "")]
+
+
+def _by_env_and_algo(results: dict[str, Any]) -> list[tuple[str, str, list[GroupStats]]]:
+    """The runs' statistics grouped by env and algorithm, in the order they first appear."""
+    stats = group_stats(results["runs"])
+    pairs = dict.fromkeys((stat.env, stat.algo) for stat in stats)
+    return [(env, algo, [s for s in stats if s.env == env and s.algo == algo]) for env, algo in pairs]
+
+
 def render_race(results: dict[str, Any], images: dict[str, str]) -> list[str]:
     stats = group_stats(results["runs"])
     rows = ratio_rows(stats, _peers(results))
@@ -243,16 +255,14 @@ def render_race(results: dict[str, Any], images: dict[str, str]) -> list[str]:
             "Env steps/s: env steps of the run / training clock (start-up included).",
             "",
         ]
-        if env in images:
-            lines += [f"![{env}]({images[env]})", ""]
+        lines += _images(images, env)
     return lines
 
 
 def render_scaling(results: dict[str, Any], images: dict[str, str]) -> list[str]:
-    stats = group_stats(results["runs"])
     lines: list[str] = []
-    for env, algo in dict.fromkeys((stat.env, stat.algo) for stat in stats):
-        rows = sorted((s for s in stats if s.env == env and s.algo == algo), key=lambda s: s.axes.get("n_workers", 0))
+    for env, algo, rows in _by_env_and_algo(results):
+        rows = sorted(rows, key=lambda s: s.axes.get("n_workers", 0))
         base = rows[0]
         lines += [f"## {env}, {algo}: against worker count (threshold {base.threshold:g})", ""]
 
@@ -296,17 +306,13 @@ def render_scaling(results: dict[str, Any], images: dict[str, str]) -> list[str]
             "Time speed-up: median time to threshold with the fewest workers / with this many. " + MEDIAN_RULE,
             "",
         ]
-        for key in (f"{env}-{algo}-scaling", env):
-            if key in images:
-                lines += [f"![{key}]({images[key]})", ""]
+        lines += _images(images, f"{env}-{algo}-scaling", env)
     return lines
 
 
 def render_sweep(results: dict[str, Any], images: dict[str, str]) -> list[str]:
-    stats = group_stats(results["runs"])
     lines: list[str] = []
-    for env, algo in dict.fromkeys((stat.env, stat.algo) for stat in stats):
-        rows = [s for s in stats if s.env == env and s.algo == algo]
+    for env, algo, rows in _by_env_and_algo(results):
         series_key, x_key = sweep_axes(rows)
         series = list(dict.fromkeys(s.axes[series_key] for s in rows))
         xs = sorted({s.axes[x_key] for s in rows})
@@ -343,9 +349,7 @@ def render_sweep(results: dict[str, Any], images: dict[str, str]) -> list[str]:
             ),
         )
         lines.append("")
-        key = f"{env}-{algo}-sweep"
-        if key in images:
-            lines += [f"![{key}]({images[key]})", ""]
+        lines += _images(images, f"{env}-{algo}-sweep")
     return lines
 
 
@@ -442,8 +446,7 @@ def render_final(results: dict[str, Any], images: dict[str, str]) -> list[str]:
             per_seed,
         )
         lines.append("")
-        if env in images:
-            lines += [f"![{env}]({images[env]})", ""]
+        lines += _images(images, env)
     return lines
 
 

@@ -207,35 +207,23 @@ class AsyncAlgorithm(WorkerSupervision, SharedNormalization, AtomicSaves):
         return n_workers
 
     @classmethod
-    def load(  # type: ignore[override]
-        cls: type[SelfAsyncAlgorithm],
-        path: Any,
-        env: Any = None,
-        device: Any = "auto",
-        custom_objects: dict[str, Any] | None = None,
-        print_system_info: bool = False,
-        force_reset: bool = True,
-        **kwargs: Any,
-    ) -> SelfAsyncAlgorithm:
-        """SB3's ``load()``. The worker counts are given under the constructor's names (``n_workers`` and
-        ``n_envs_per_worker``; Ape-X: ``n_actors`` and ``n_envs_per_actor``), checked as the constructor checks them, and
-        mean what they mean there: with a multi-agent env, ``n_envs_per_worker`` env copies per worker, one slot per
-        agent each. Without them, the saved counts stay."""
-        counts = {}
-        for name in (cls.workers_argument, cls.envs_argument, "n_workers", "n_envs_per_worker"):
-            if name in kwargs:
-                counts[name] = kwargs.pop(name)
-        model = super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
-        if counts:
-            workers = counts.get(cls.workers_argument, counts.get("n_workers"))
-            if workers is not None:
-                model.n_workers = model._check_n_workers(workers, model.backend)
-            copies = counts.get(cls.envs_argument, counts.get("n_envs_per_worker"))
-            if copies is not None:
-                agents = model._env_recipe.agents_per_env if model._env_recipe is not None else 1
-                model.n_envs_per_worker = check_int(cls.envs_argument, copies) * agents
-            model._use_worker_view()
-        return model
+    def _pop_load_options(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``load()`` takes the worker counts under the constructor's names (``n_workers`` and ``n_envs_per_worker``;
+        Ape-X: ``n_actors`` and ``n_envs_per_actor``), checks them as the constructor does, and they mean what they
+        mean there: with a multi-agent env, ``n_envs_per_worker`` env copies per worker, one slot per agent each.
+        Without them, the saved counts stay."""
+        names = (cls.workers_argument, cls.envs_argument, "n_workers", "n_envs_per_worker")
+        return {name: kwargs.pop(name) for name in names if name in kwargs}
+
+    def _apply_load_options(self, options: dict[str, Any]) -> None:
+        workers = options.get(self.workers_argument, options.get("n_workers"))
+        if workers is not None:
+            self.n_workers = self._check_n_workers(workers, self.backend)
+        copies = options.get(self.envs_argument, options.get("n_envs_per_worker"))
+        if copies is not None:
+            agents = self._env_recipe.agents_per_env if self._env_recipe is not None else 1
+            self.n_envs_per_worker = check_int(self.envs_argument, copies) * agents
+        self._use_worker_view()
 
     @property
     def n_envs_total(self) -> int:

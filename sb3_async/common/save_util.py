@@ -133,11 +133,25 @@ class AtomicSaves(BaseAlgorithm):
         **kwargs: Any,
     ) -> SelfAtomicSaves:
         """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by this algorithm (another
-        algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file)."""
+        algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file). Arguments of the
+        algorithm's own that SB3's ``load()`` does not know (:meth:`_pop_load_options`) are applied to the loaded model
+        (:meth:`_apply_load_options`)."""
         if cls.saved_class_marker is not None:
             check_saved_class(path, cls, marker=cls.saved_class_marker)
+        options = cls._pop_load_options(kwargs)
         with renamed_modules():
-            return super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+            model = super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+        if options:
+            model._apply_load_options(options)
+        return model
+
+    @classmethod
+    def _pop_load_options(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Take out of ``load()``'s keyword arguments those that the algorithm applies itself (none here)."""
+        return {}
+
+    def _apply_load_options(self, options: dict[str, Any]) -> None:
+        """Apply what :meth:`_pop_load_options` took out, to the model just loaded."""
 
 
 class AtomicReplaySaves(AtomicSaves):

@@ -21,14 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from sb3_async.runtime.ray_connect import (
-    check_connect_options,
-    connect_ray,
-    import_ray,
-    release_ray,
-    start_actor,
-    wait_ready,
-)
+from sb3_async.runtime import ray_connect
 from sb3_async.validation import check_nonnegative
 
 if TYPE_CHECKING:
@@ -139,11 +132,11 @@ class RayEnvHosts:
         num_cpus_per_worker: float = 1.0,
         start_timeout: float = 300.0,
     ):
-        check_connect_options(address, init_kwargs)
+        ray_connect.check_connect_options(address, init_kwargs)
         self.num_cpus_per_worker = check_nonnegative("num_cpus_per_worker", num_cpus_per_worker)
         self.start_timeout = check_nonnegative("start_timeout", start_timeout)
         self.autoreset, self.on_error = autoreset, on_error
-        self._ray = import_ray()
+        self._ray = ray_connect.import_ray()
         self._prefix = f"sb3_async-env-pool-{uuid.uuid4().hex[:8]}-"
         self._actors: list[Any] = [None] * n_hosts
         self._names = [""] * n_hosts
@@ -153,14 +146,14 @@ class RayEnvHosts:
         self._generation = [0] * n_hosts
         self._buffers: SharedBuffers | None = None
         self._closed = False
-        self._owns_ray = connect_ray(self._ray, address, init_kwargs, n_hosts * self.num_cpus_per_worker)
+        self._owns_ray = ray_connect.connect_ray(self._ray, address, init_kwargs, n_hosts * self.num_cpus_per_worker)
 
     def start(self, w: int, ids: list[int], factories_blob: bytes) -> None:
         """Start host ``w``; its first reply is its envs' spaces (a worker process's handshake)."""
         name = f"{self._prefix}host-{w}-{self._generation[w]}"
         self._generation[w] += 1
         # restarts are the pool's (on_error="restart"): it knows which envs to report truncated
-        actor = start_actor(
+        actor = ray_connect.start_actor(
             self._ray, RayEnvHost, name, self.num_cpus_per_worker, ids, factories_blob, self.autoreset, self.on_error
         )
         self._actors[w], self._names[w], self._starting[w], self._host_ids[w] = actor, name, True, ids
@@ -222,7 +215,7 @@ class RayEnvHosts:
         """The hosts among ``hosts`` (each with a command in flight) whose oldest command has finished, waiting up to
         ``timeout`` seconds (None: no limit) for the first."""
         by_ref = {self._calls[w][0]: w for w in hosts}
-        return [by_ref[ref] for ref in wait_ready(self._ray, list(by_ref), timeout)]
+        return [by_ref[ref] for ref in ray_connect.wait_ready(self._ray, list(by_ref), timeout)]
 
     def exitcode(self, w: int) -> int | None:
         """None: a Ray host has no exit code the driver can see."""
@@ -266,5 +259,5 @@ class RayEnvHosts:
             with contextlib.suppress(Exception):
                 if closing:
                     ray.wait(closing, num_returns=len(closing), timeout=timeout)
-        release_ray(ray, actors, self._prefix, self._owns_ray, timeout=max(10.0, timeout))
+        ray_connect.release_ray(ray, actors, self._prefix, self._owns_ray, timeout=max(10.0, timeout))
         self._actors = [None] * len(self._actors)

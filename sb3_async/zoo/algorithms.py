@@ -37,14 +37,8 @@ from sb3_async.apex import ApeXDPG, ApeXDQN
 from sb3_async.async_q import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 from sb3_async.common.async_algorithm import AsyncAlgorithm
 from sb3_async.env_pool.vec_env import PoolVecEnv
-from sb3_async.zoo.samplers import (
-    Converter,
-    Sampler,
-    convert_a3c_params,
-    convert_async_q_params,
-    sample_a3c_params,
-    sample_async_q_params,
-)
+from sb3_async.zoo import samplers
+from sb3_async.zoo.samplers import Converter, Sampler
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 #: Folder of the YAML files, ``<algo>.yml`` each: inside the installed package (a wheel ships them as
@@ -214,10 +208,10 @@ def checkpoint_replay_path(path: Any) -> Path | None:
 
 #: The algorithms registered in the zoo, one entry each (a new algorithm joins with one line and its YAML file).
 ZOO_ALGORITHMS: tuple[ZooAlgorithm, ...] = (
-    ZooAlgorithm("a3c", A3C, sample_a3c_params, convert_a3c_params),
-    ZooAlgorithm("async_one_step_q", AsyncOneStepQ, sample_async_q_params, convert_async_q_params),
-    ZooAlgorithm("async_sarsa", AsyncSarsa, sample_async_q_params, convert_async_q_params),
-    ZooAlgorithm("async_n_step_q", AsyncNStepQ, sample_async_q_params, convert_async_q_params),
+    ZooAlgorithm("a3c", A3C, samplers.sample_a3c_params, samplers.convert_a3c_params),
+    ZooAlgorithm("async_one_step_q", AsyncOneStepQ, samplers.sample_async_q_params, samplers.convert_async_q_params),
+    ZooAlgorithm("async_sarsa", AsyncSarsa, samplers.sample_async_q_params, samplers.convert_async_q_params),
+    ZooAlgorithm("async_n_step_q", AsyncNStepQ, samplers.sample_async_q_params, samplers.convert_async_q_params),
     ZooAlgorithm("apex_dqn", ApeXDQN, worker_names=("n_actors", "n_envs_per_actor")),
     ZooAlgorithm("apex_dpg", ApeXDPG, worker_names=("n_actors", "n_envs_per_actor")),
     ZooAlgorithm("ae_ddpg", AEDDPG, worker_names=None),

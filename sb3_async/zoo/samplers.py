@@ -36,6 +36,18 @@ def convert_a3c_params(sampled_params: dict[str, Any]) -> dict[str, Any]:
     return hyperparams
 
 
+def _sample_paper_params(trial: optuna.Trial) -> dict[str, Any]:
+    """The ranges both samplers share: the learning rate from LogUniform(1e-4, 1e-2), the paper's range (supp. §2);
+    ``n_steps`` (t_max) around the paper's 5; the discount as ``one_minus_gamma``, log-uniform (the zoo's way)."""
+    one_minus_gamma = trial.suggest_float("one_minus_gamma", 0.0001, 0.03, log=True)
+    trial.set_user_attr("gamma", 1 - one_minus_gamma)
+    return {
+        "learning_rate": trial.suggest_float("learning_rate", 1e-4, 1e-2, log=True),
+        "n_steps": trial.suggest_categorical("n_steps", [5, 8, 16, 32]),
+        "one_minus_gamma": one_minus_gamma,
+    }
+
+
 def sample_a3c_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict[str, Any]) -> dict[str, Any]:
     """Sampler for A3C hyperparameters, in the zoo's sampler signature.
 
@@ -43,13 +55,9 @@ def sample_a3c_params(trial: optuna.Trial, n_actions: int, n_envs: int, addition
     the paper's 5; the other ranges are those of the zoo's A2C sampler. The worker counts are not sampled: they
     follow ``n_envs`` (see :func:`sb3_async.zoo.resolve_worker_counts`).
     """
-    one_minus_gamma = trial.suggest_float("one_minus_gamma", 0.0001, 0.03, log=True)
-    trial.set_user_attr("gamma", 1 - one_minus_gamma)
     return convert_a3c_params(
         {
-            "learning_rate": trial.suggest_float("learning_rate", 1e-4, 1e-2, log=True),
-            "n_steps": trial.suggest_categorical("n_steps", [5, 8, 16, 32]),
-            "one_minus_gamma": one_minus_gamma,
+            **_sample_paper_params(trial),
             "ent_coef": trial.suggest_float("ent_coef", 1e-8, 0.1, log=True),
             "vf_coef": trial.suggest_float("vf_coef", 0.25, 1.0),
             "max_grad_norm": trial.suggest_float("max_grad_norm", 0.3, 5.0, log=True),
@@ -77,13 +85,9 @@ def sample_async_q_params(trial: optuna.Trial, n_actions: int, n_envs: int, addi
     (I_AsyncUpdate / t_max) around the paper's 5; the target-network interval, exploration fraction, loss and
     network sizes from ranges like the zoo's DQN sampler. The paper's per-worker ε distribution is kept.
     """
-    one_minus_gamma = trial.suggest_float("one_minus_gamma", 0.0001, 0.03, log=True)
-    trial.set_user_attr("gamma", 1 - one_minus_gamma)
     return convert_async_q_params(
         {
-            "learning_rate": trial.suggest_float("learning_rate", 1e-4, 1e-2, log=True),
-            "n_steps": trial.suggest_categorical("n_steps", [5, 8, 16, 32]),
-            "one_minus_gamma": one_minus_gamma,
+            **_sample_paper_params(trial),
             "target_update_interval": trial.suggest_categorical("target_update_interval", [500, 1000, 2000, 5000, 10000]),
             "exploration_fraction": trial.suggest_float("exploration_fraction", 0.02, 0.3),
             "loss": trial.suggest_categorical("loss", ["mse", "huber"]),

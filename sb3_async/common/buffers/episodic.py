@@ -13,7 +13,8 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
-from sb3_async.common.buffers.n_step import check_n_steps, n_step_batch
+from sb3_async.common.buffers.n_step import check_n_step_buffer, n_step_batch
+from sb3_async.validation import check_float, check_int
 
 
 def admits_episode(episodic_return: float, best_returns: np.ndarray, top_k: int) -> bool:
@@ -95,18 +96,12 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
         hmemory_top_k: int = 1,
         episode_caches: bool = True,
     ) -> None:
-        if isinstance(observation_space, spaces.Dict):
-            raise ValueError(
-                "EpisodicDualReplayBuffer does not support Dict observation spaces (observation_space="
-                f"{observation_space}); flatten the observations (gymnasium.wrappers.FlattenObservation)"
-            )
-        if not isinstance(hmemory_size, (int, np.integer)) or hmemory_size < 1:
-            raise ValueError(f"Invalid hmemory_size={hmemory_size!r}: expected a positive integer")
-        if not 0.0 <= rho <= 1.0:
-            raise ValueError(f"Invalid rho={rho!r}: expected a probability in [0, 1]")
-        check_n_steps(n_steps, optimize_memory_usage)
-        if not isinstance(hmemory_top_k, (int, np.integer)) or hmemory_top_k < 1:
-            raise ValueError(f"Invalid hmemory_top_k={hmemory_top_k!r}: expected a positive integer")
+        self.n_steps, self.gamma = check_n_step_buffer(
+            type(self).__name__, observation_space, n_steps, gamma, optimize_memory_usage
+        )
+        self.hmemory_size = check_int("hmemory_size", hmemory_size)
+        self.rho = check_float("rho", rho, 0.0, 1.0)
+        self.hmemory_top_k = check_int("hmemory_top_k", hmemory_top_k)
         super().__init__(
             buffer_size,
             observation_space,
@@ -116,11 +111,6 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
             optimize_memory_usage=optimize_memory_usage,
             handle_timeout_termination=handle_timeout_termination,
         )
-        self.hmemory_size = int(hmemory_size)
-        self.rho = float(rho)
-        self.n_steps = int(n_steps)
-        self.gamma = float(gamma)
-        self.hmemory_top_k = int(hmemory_top_k)
         self.episode_caches = bool(episode_caches)
         # HMemory: one flat FIFO of whole episodes, stored as a single-env ring so n-step code applies unchanged.
         self.h_observations = np.zeros((self.hmemory_size, 1, *self.obs_shape), dtype=self.observations.dtype)

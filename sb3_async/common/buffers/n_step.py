@@ -10,6 +10,9 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
+from gymnasium import spaces
+
+from sb3_async.validation import check_float
 
 
 class NStepBatch(NamedTuple):
@@ -29,6 +32,19 @@ def check_n_steps(n_steps: object, optimize_memory_usage: bool) -> int:
     if n_steps > 1 and optimize_memory_usage:
         raise ValueError("n_steps > 1 with optimize_memory_usage=True is not supported (as SB3's NStepReplayBuffer)")
     return int(n_steps)
+
+
+def check_n_step_buffer(
+    buffer: str, observation_space: spaces.Space, n_steps: object, gamma: object, optimize_memory_usage: bool
+) -> tuple[int, float]:
+    """``(n_steps, gamma)`` checked for an n-step buffer (``buffer``, its class name, for the message): flat
+    observations (a ``Dict`` space is refused), ``n_steps`` as :func:`check_n_steps`, ``gamma`` in [0, 1]."""
+    if isinstance(observation_space, spaces.Dict):
+        raise ValueError(
+            f"{buffer} does not support Dict observation spaces (observation_space={observation_space}); flatten the "
+            "observations (gymnasium.wrappers.FlattenObservation)"
+        )
+    return check_n_steps(n_steps, optimize_memory_usage), check_float("gamma", gamma, 0.0, 1.0)
 
 
 def n_step_targets(

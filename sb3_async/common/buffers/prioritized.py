@@ -12,8 +12,9 @@ from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer
 from stable_baselines3.common.vec_env import VecNormalize
 
 from sb3_async.common.buffers.frames import FramePool, is_frame_space
-from sb3_async.common.buffers.n_step import check_n_steps, n_step_batch
+from sb3_async.common.buffers.n_step import check_n_step_buffer, n_step_batch
 from sb3_async.common.buffers.sum_tree import SumTree
+from sb3_async.validation import check_float
 
 
 class PrioritizedReplayBufferSamples(NamedTuple):
@@ -114,18 +115,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         gamma: float = 0.99,
         share_frames: bool | None = None,
     ) -> None:
-        if isinstance(observation_space, spaces.Dict):
-            raise ValueError(
-                "PrioritizedReplayBuffer does not support Dict observation spaces (observation_space="
-                f"{observation_space}); flatten the observations (gymnasium.wrappers.FlattenObservation)"
-            )
-        if not alpha >= 0:
-            raise ValueError(f"Invalid alpha={alpha!r}: expected a non-negative number")
-        if not beta >= 0:
-            raise ValueError(f"Invalid beta={beta!r}: expected a non-negative number")
-        if not eps > 0:
+        self.n_steps, self.gamma = check_n_step_buffer(
+            type(self).__name__, observation_space, n_steps, gamma, optimize_memory_usage
+        )
+        self.alpha, self.beta = check_float("alpha", alpha), check_float("beta", beta)
+        if not check_float("eps", eps) > 0:
             raise ValueError(f"Invalid eps={eps!r}: expected a positive number")
-        check_n_steps(n_steps, optimize_memory_usage)
+        self.eps = float(eps)
         self.share_frames = is_frame_space(observation_space) and not optimize_memory_usage
         if share_frames is not None:
             if share_frames and not is_frame_space(observation_space):
@@ -147,11 +143,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 optimize_memory_usage=optimize_memory_usage,
                 handle_timeout_termination=handle_timeout_termination,
             )
-        self.alpha = float(alpha)
-        self.beta = float(beta)
-        self.eps = float(eps)
-        self.n_steps = int(n_steps)
-        self.gamma = float(gamma)
         self.capacity = self.buffer_size * self.n_envs
         self.tree = SumTree(self.capacity)
         self.write_counts = np.zeros(self.capacity, dtype=np.int64)
