@@ -117,3 +117,21 @@ def test_the_layer_check_sees_an_upward_import():
     assert _layer_of("env_pool") < _layer_of("common") < _layer_of("a3c")
     assert _folder_of("sb3_async.common.buffers.sum_tree") == "common/buffers"
     assert _folder_of("sb3_async.runtime.mp") == "runtime"
+
+
+def _design_page_files() -> str:
+    page = (PACKAGE.parent / "docs" / "design.md").read_text()
+    return page[page.index("### Files") : page.index("## One runtime")]
+
+
+def test_the_design_page_maps_every_module():
+    listed = _design_page_files()
+    modules = [path for path in PACKAGE.rglob("*.py") if path.name != "__init__.py" or path.parent == PACKAGE]
+    assert [str(path.relative_to(PACKAGE)) for path in modules if path.name not in listed] == []
+
+
+def test_no_module_over_500_lines():
+    long = {
+        str(path.relative_to(PACKAGE)): n for path in PACKAGE.rglob("*.py") if (n := len(path.read_text().splitlines())) > 500
+    }
+    assert long == {}
