@@ -395,6 +395,7 @@ class AEDDPG(AtomicReplaySaves, PoolCollection, TD3):
                 data.next_observations,
                 self.gamma if discounts is None else discounts,
                 weights=data.weights if prioritized else None,  # eq. 2, importance-weighted when prioritized
+                actor_params=actor_params,
             )
             critic_losses.append(step.critic_loss)
             actor_losses.append(step.actor_loss)

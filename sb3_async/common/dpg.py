@@ -10,6 +10,7 @@ algorithm's own business (AE-DDPG's soft updates, Ape-X's periodic copies) and s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -41,6 +42,7 @@ def dpg_update(
     weights: th.Tensor | None = None,
     loss_scale: float = 1.0,
     actor_grad_clip: float | None = None,
+    actor_params: Sequence[th.Tensor] | None = None,
 ) -> DPGStep:
     """One critic step, then one actor step, on one batch; the optimizers of ``policy.critic`` and ``policy.actor``
     step, the target networks are only read.
@@ -62,6 +64,7 @@ def dpg_update(
     :param weights: prioritized replay's importance-sampling weights (shaped as ``returns``); None: a uniform replay
     :param loss_scale: 1 for DDPG's eq. 2, ½ for Ape-X's ``l = ½ δ²``
     :param actor_grad_clip: clip value of the actor's gradient; None: no clipping
+    :param actor_params: ``list(policy.actor.parameters())``, when the caller has it (a loop of updates lists them once)
     """
     with th.no_grad():
         next_values = policy.critic_target(next_observations, policy.actor_target(next_observations))[0]
@@ -78,7 +81,8 @@ def dpg_update(
     policy.critic.optimizer.zero_grad()
     critic_loss.backward()
     policy.critic.optimizer.step()
-    actor_params = list(policy.actor.parameters())
+    if actor_params is None:
+        actor_params = list(policy.actor.parameters())
     actor_loss = -policy.critic.q1_forward(observations, policy.actor(observations)).mean()
     policy.actor.optimizer.zero_grad()
     actor_loss.backward(inputs=actor_params)
