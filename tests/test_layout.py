@@ -135,3 +135,20 @@ def test_no_module_over_500_lines():
         str(path.relative_to(PACKAGE)): n for path in PACKAGE.rglob("*.py") if (n := len(path.read_text().splitlines())) > 500
     }
     assert long == {}
+
+
+#: Calls that start a process that may outlive the call (a blocking ``subprocess.run`` with a timeout may stay).
+_STARTERS = {"Popen", "Process", "fork", "forkpty", "posix_spawn", "posix_spawnp", "spawnv", "spawnve", "spawnl"}
+
+
+def test_only_the_runtime_starts_processes():
+    starters = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.parent.name == "runtime":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)) or node.func.attr not in _STARTERS:
+                continue
+            if not (isinstance(node.func.value, ast.Name) and node.func.value.id == "psutil"):  # psutil only looks
+                starters.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert starters == []

@@ -1,5 +1,6 @@
 """Nothing left behind, errors that name the worker, clear errors for bad input."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -252,3 +253,49 @@ def test_forkserver_starts_when_the_model_is_built(tmp_path, start_method):
         assert built != "None" and built == after_learn
     else:
         assert built == "None" == after_learn
+
+
+COMMAND_PARENT = textwrap.dedent(
+    """
+    import sys, time
+    from sb3_async.runtime.processes import start_command
+
+    child = (
+        "import subprocess, sys, time\\n"
+        "from sb3_async.runtime.processes import watch_parent_from_env\\n"
+        + ("watch_parent_from_env()\\n" if sys.argv[1] == "watch" else "")
+        + "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\\n"
+        "print('ready', flush=True)\\n"
+        "time.sleep(120)\\n"
+    )
+    process = start_command([sys.executable, "-c", child])
+    print(process.stdout.readline().strip(), flush=True)
+    time.sleep(120)
+    """
+)
+
+
+@pytest.mark.parametrize("watch", [True, False])
+def test_a_started_command_ends_with_its_killed_parent(tmp_path, watch):
+    """``start_command``'s child (a benchmark run) and what it started end when the parent is killed with SIGKILL, if the
+    child watches its parent as it should; without the watch they would run on (the check can fail)."""
+    marker = f"SB3_ASYNC_TEST_{uuid.uuid4().hex}"
+    script = tmp_path / "parent.py"
+    script.write_text(COMMAND_PARENT)
+    parent = subprocess.Popen(
+        [sys.executable, str(script), "watch" if watch else "no-watch"],
+        stdout=subprocess.PIPE,
+        env={**os.environ, marker: "1"},
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
+        assert len(processes_with_marker(marker)) == 3  # the parent, the command, the command's child
+        parent.kill()
+        parent.wait(timeout=10)
+        left = wait_until_gone(marker, timeout=10.0 if watch else 2.0)
+        assert (left == []) == watch
+    finally:
+        for pid in processes_with_marker(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -38,6 +38,7 @@ from stable_baselines3.common.vec_env import VecEnv, sync_envs_normalization
 
 from sb3_async.benchmark.plan import RunSpec
 from sb3_async.benchmark.records import EVENT_PREFIX, PeakMemory, emit, failed_record, identity, json_safe
+from sb3_async.runtime.processes import watch_parent_from_env
 
 __all__ = ["EVENT_PREFIX", "EvalClock", "failed_record", "run", "true_num_timesteps", "worker_overrides", "zoo_entry"]
 
@@ -288,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("spec", type=Path, help="JSON file of a RunSpec")
     parser.add_argument("result", type=Path, help="where to write the run's record (JSON)")
     args = parser.parse_args(argv)
+    watch_parent_from_env()  # this run, and what it started, end with the benchmark
     spec = RunSpec.from_dict(json.loads(args.spec.read_text()))
     os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
     try:

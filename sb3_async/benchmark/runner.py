@@ -9,12 +9,10 @@ same cores and nothing else runs beside them) and interleaved by :func:`sb3_asyn
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +29,7 @@ from sb3_async.benchmark.plan import REPO_ROOT, RunSpec, Suite, plan_runs
 from sb3_async.benchmark.records import EVENT_PREFIX, failed_record
 from sb3_async.benchmark.registry import ENVS, is_adapter_file, peers_of
 from sb3_async.common.torch_utils import usable_cpus
+from sb3_async.runtime.processes import kill_group, start_command
 
 #: Extra seconds a run may take beyond its budget and the evaluations it reported (process start-up, the evaluation in
 #: progress, worker shutdown) before it is killed.
@@ -221,16 +220,13 @@ def execute(
     spec_path.write_text(json.dumps(spec.to_dict()))
     result_path.unlink(missing_ok=True)
     command, env = run_command(spec, spec_path, result_path)
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
-    )
+    process = start_command(command, env)
     timed_out, finished = threading.Event(), threading.Event()
     watch = RunWatch(spec, timeout_margin, time.monotonic())
 
     def kill() -> None:
         timed_out.set()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)  # the run's own process group: its workers and forkserver
+        kill_group(process)  # the run's own process group: its workers and forkserver
 
     def watchdog() -> None:
         while not finished.wait(1.0):

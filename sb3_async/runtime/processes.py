@@ -1,5 +1,5 @@
 """Torch-free process pieces shared by every process sb3_async starts: the start methods, the parent-death watch and
-the error that names a failed worker.
+the error that names a failed worker; and the child interpreters of the benchmark (:func:`start_command`).
 
 They live apart from :mod:`sb3_async.runtime` (which imports torch) so that env workers
 (:class:`sb3_async.AsyncEnvPool`) can use them without importing torch.
@@ -12,11 +12,12 @@ import multiprocessing
 import os
 import select
 import signal
+import subprocess
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
@@ -24,13 +25,17 @@ __all__ = [
     "EXIT_UNGUARDED_MAIN",
     "START_METHODS",
     "WorkerError",
+    "PARENT_PID_VARIABLE",
     "exit_if_importing_main",
+    "kill_group",
     "main_module_importable",
     "process_context",
     "report_and_exit",
+    "start_command",
     "start_process",
     "stop_processes",
     "watch_parent",
+    "watch_parent_from_env",
 ]
 
 START_METHODS = ("forkserver", "spawn", "fork")
@@ -123,12 +128,19 @@ def start_process(ctx: Any, target: Any, name: str, args: tuple[Any, ...]) -> An
     return proc
 
 
-def watch_parent(parent_pid: int) -> None:
-    """Exit this worker as soon as the main process is gone (normal exit, crash or SIGKILL)."""
+def watch_parent(parent_pid: int, group: bool = False) -> None:
+    """Exit this worker as soon as the main process is gone (normal exit, crash or SIGKILL); with ``group``, kill this
+    process's whole process group (what a child of :func:`start_command` started, whatever library started it)."""
+
+    def end() -> NoReturn:
+        if group:
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os._exit(1)
+
     try:
         fd = os.pidfd_open(parent_pid)
     except ProcessLookupError:
-        os._exit(1)
+        end()
     except (AttributeError, OSError):
         fd = None
 
@@ -142,9 +154,41 @@ def watch_parent(parent_pid: int) -> None:
                     os.kill(parent_pid, 0)
                 except ProcessLookupError:
                     break
-        os._exit(1)
+        end()
 
     threading.Thread(target=run, name="sb3_async-parent-watch", daemon=True).start()
+
+
+#: Set in a child interpreter of :func:`start_command`: the process id of the process that started it.
+PARENT_PID_VARIABLE = "SB3_ASYNC_PARENT_PID"
+
+
+def start_command(command: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start ``command``, another Python interpreter (a benchmark run, or a peer's adapter under its own virtual
+    environment), in a process group of its own, its output (stderr included) piped as text: the one place sb3_async
+    starts a command. The child is expected to call :func:`watch_parent_from_env` first, so that it and everything it
+    started end with this process, even when this one is killed; :func:`kill_group` stops them earlier.
+
+    :param env: the child's environment variables (default: this process's); :data:`PARENT_PID_VARIABLE` is added
+    """
+    variables = {**(os.environ if env is None else env), PARENT_PID_VARIABLE: str(os.getpid())}
+    return subprocess.Popen(
+        list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=variables, start_new_session=True
+    )
+
+
+def kill_group(process: subprocess.Popen[Any]) -> None:
+    """SIGKILL a child of :func:`start_command` and every process in its group (its workers, a forkserver)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def watch_parent_from_env() -> None:
+    """In a child of :func:`start_command`: when the process that started it is gone, kill this process's group (this
+    process and what it started). Does nothing in a process started otherwise."""
+    parent = os.environ.get(PARENT_PID_VARIABLE)
+    if parent:
+        watch_parent(int(parent), group=True)
 
 
 def report_and_exit(conn: Connection, kind: str) -> NoReturn:

@@ -36,6 +36,7 @@ import numpy as np
 
 from sb3_async.benchmark.plan import RunSpec
 from sb3_async.benchmark.records import PeakMemory, emit, failed_record, identity, json_safe
+from sb3_async.runtime.processes import watch_parent_from_env
 
 #: A batch of observations -> a batch of actions, deterministic, from the policy as it is now.
 Policy = Callable[[np.ndarray], np.ndarray]
@@ -271,6 +272,7 @@ def main(
     parser.add_argument("spec", type=Path, help="JSON file of a RunSpec")
     parser.add_argument("result", type=Path, help="where to write the run's record (JSON)")
     args = parser.parse_args(argv)
+    watch_parent_from_env()  # this run, and what it started, end with the benchmark
     spec = RunSpec.from_dict(json.loads(args.spec.read_text()))
     result_path, home = args.result.absolute(), Path.cwd()
     adapter = Path(sys.modules[train.__module__].__file__ or spec.adapter or "adapter").name
