@@ -116,6 +116,20 @@ def test_replay_killed_mid_save_keeps_the_previous_file(moment, tmp_path):
     assert model.replay_buffer is not None and model.replay_buffer.size() == 10_000
 
 
+def test_the_next_save_removes_what_a_killed_save_left(tmp_path):
+    path = tmp_path / "model.zip"
+    _kill_mid_save("model", "mid-write", path, tmp_path)
+    (left,) = tmp_path.glob(".model.zip.*.tmp")  # the killed save's temporary file
+    in_progress = tmp_path / f".model.zip.{os.getpid()}-0123abcd.tmp"  # a save of a process that runs: kept
+    other_target = tmp_path / ".replay.pkl.1-0123abcd.tmp"  # another file's: not this save's business
+    for kept in (in_progress, other_target):
+        kept.write_bytes(b"partial")
+    A3C("MlpPolicy", "CartPole-v1", n_workers=1).save(path)
+    assert not left.exists()
+    assert sorted(tmp_path.glob(".*.tmp")) == sorted([in_progress, other_target])
+    A3C.load(path)
+
+
 def _model(model_class):
     if model_class is AEDDPG:
         return AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=1, buffer_size=1000)
@@ -195,3 +209,29 @@ def test_truncated_replay_file_error_names_the_file(size, tmp_path):
     finally:
         if ae.env is not None:
             ae.env.close()
+
+
+class _Payload:
+    """A pickle that creates ``marker`` when unpickled: what a crafted file could run instead."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+@pytest.mark.parametrize("model_class", [ApeXDQN, AEDDPG])
+def test_load_replay_buffer_refuses_another_pickle_without_running_it(model_class, tmp_path):
+    marker, path = tmp_path / "ran", tmp_path / "replay.pkl"
+    path.write_bytes(pickle.dumps(_Payload(marker)))
+    model = _model(model_class)
+    try:
+        with pytest.raises(ValueError, match=r"replay\.pkl.*holds io\.open"):
+            model.load_replay_buffer(path)
+        assert not marker.exists()
+        model.save_replay_buffer(tmp_path / "saved")  # a file it saved itself still loads (suffix added, as SB3)
+        model.load_replay_buffer(tmp_path / "saved")
+    finally:
+        if model.get_env() is not None:
+            model.get_env().close()

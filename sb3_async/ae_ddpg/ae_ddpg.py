@@ -41,7 +41,7 @@ from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
 from sb3_async.common.dpg import ddpg_policy_kwargs, dpg_update
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
-from sb3_async.common.save_util import AtomicReplaySaves, replay_file_errors
+from sb3_async.common.save_util import AtomicReplaySaves, check_pickled_class, replay_file_errors
 from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settings, soft_update
 from sb3_async.env_pool import AsyncEnvPool
 from sb3_async.env_pool.core import load_pickled_env
@@ -279,8 +279,10 @@ class AEDDPG(AtomicReplaySaves, PoolCollection, TD3):
 
     def load_replay_buffer(self, path: Any, truncate_last_traj: bool = True) -> None:
         """SB3's ``load_replay_buffer``, for a buffer with one Memory column (the one AEDDPG saves); the running
-        episodes' caches are dropped (their rows were in the replaced Memory)."""
+        episodes' caches are dropped (their rows were in the replaced Memory). The file is a pickle, and unpickling
+        runs the code it names: its class is checked first, but load only files you trust."""
         previous = self.replay_buffer
+        check_pickled_class(path, ReplayBuffer)
         with replay_file_errors(path):
             super().load_replay_buffer(path, truncate_last_traj)
         assert self.replay_buffer is not None

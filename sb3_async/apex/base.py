@@ -35,7 +35,7 @@ from sb3_async.common.async_algorithm import AsyncAlgorithm
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer
 from sb3_async.common.observations import check_finite_observations
 from sb3_async.common.returns import bootstrap_truncated_rewards
-from sb3_async.common.save_util import AtomicReplaySaves, replay_file_errors
+from sb3_async.common.save_util import AtomicReplaySaves, check_pickled_class, replay_file_errors
 from sb3_async.common.torch_utils import build_worker_policy
 from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig
 from sb3_async.runtime import Runtime, WorkerContext, WorkerSpec
@@ -277,11 +277,14 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
         self._reset_flow()
 
     def load_replay_buffer(self, path: Any, truncate_last_traj: bool = True) -> None:
-        """Load a replay buffer (transitions and priorities) saved by :meth:`save_replay_buffer`.
+        """Load a replay buffer (transitions and priorities) saved by :meth:`save_replay_buffer`. The file is a pickle,
+        and unpickling runs the code it names: its class is checked first (:func:`check_pickled_class`), but load only
+        files you trust.
 
         :param path: the pickle file
         :param truncate_last_traj: unused (SB3's argument for ``HerReplayBuffer``; the zoo passes it)
         """
+        check_pickled_class(path, PrioritizedReplayBuffer)
         with replay_file_errors(path):
             buffer = load_from_pkl(path, self.verbose)
         if not isinstance(buffer, PrioritizedReplayBuffer):

@@ -8,12 +8,14 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import importlib
 import io
 import json
 import os
 import pathlib
 import pickle
+import pickletools
 import secrets
 import sys
 import warnings
@@ -59,9 +61,9 @@ def atomic_write(path: PathLike | io.BufferedIOBase, suffix: str) -> Iterator[An
 
     The content goes to a hidden temporary file in the target's folder, is flushed to disk (``fsync``) and renamed
     over the target (``os.replace``, atomic): a process killed at any moment leaves either the previous file or the
-    new one, never a truncated one (at worst, a stray ``.<name>.<token>.tmp`` file beside it). An error while writing
-    removes the temporary file and leaves the target as it was. An open file given instead of a path is yielded as
-    it is (written in place).
+    new one, never a truncated one. What such a process leaves beside it, a hidden ``.<name>.<pid>-<token>.tmp``, the
+    next save of that target removes (:func:`remove_stale_temporaries`). An error while writing removes the temporary
+    file and leaves the target as it was. An open file given instead of a path is yielded as it is (written in place).
 
     :param path: the file to write (SB3's convention: ``.suffix`` added when the name has none), or an open file
     :param suffix: the suffix to add to a path without one (``"zip"``, ``"pkl"``)
@@ -71,7 +73,8 @@ def atomic_write(path: PathLike | io.BufferedIOBase, suffix: str) -> Iterator[An
         return
     target = _target_path(path, suffix)
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+    remove_stale_temporaries(target)
+    temporary = target.parent / f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
     # O_EXCL: a fresh file; mode 0o666 so the umask applies as for a file open() creates
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
@@ -85,6 +88,82 @@ def atomic_write(path: PathLike | io.BufferedIOBase, suffix: str) -> Iterator[An
             os.unlink(temporary)
         raise
     _fsync_folder(target.parent)
+
+
+def remove_stale_temporaries(target: pathlib.Path) -> list[pathlib.Path]:
+    """Remove the temporary files that saves of ``target`` killed mid-write left (:func:`atomic_write`): those of a
+    process that no longer runs, and those of earlier versions, whose names carry no process id. A save in progress
+    in another process keeps its file.
+
+    :return: the files removed
+    """
+    removed = []
+    for candidate in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        writer = candidate.name[len(target.name) + 2 : -len(".tmp")].partition("-")[0]
+        if writer.isdigit() and _process_runs(int(writer)):
+            continue
+        with contextlib.suppress(OSError):
+            candidate.unlink()
+            removed.append(candidate)
+    return removed
+
+
+def _process_runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def check_pickled_class(path: Any, expected: type) -> None:
+    """Refuse a pickle file whose object is not an ``expected`` (a subclass counts), before unpickling it.
+
+    The class comes from the file's first global reference, read without running anything; it is resolved only in
+    ``sb3_async`` and ``stable_baselines3``, or in a module this process has already imported. This refuses a file
+    that holds something else (another program's pickle, code), but no check can make a crafted pickle safe: unpickling
+    runs code, so load only files you trust. An open file instead of a path is not checked.
+
+    :raises ValueError: the file holds another object, or no class at all
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        return
+    file_path = pathlib.Path(path)
+    if not file_path.exists() and file_path.suffix == "":
+        file_path = file_path.with_suffix(".pkl")  # as SB3's load_from_pkl
+    if not file_path.is_file():
+        return  # SB3's loading names the missing file
+    reference = None
+    try:
+        with open(file_path, "rb") as file:
+            strings: list[str] = []
+            for opcode, argument, _ in pickletools.genops(file):
+                if opcode.name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"):
+                    strings.append(str(argument))
+                elif opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
+                    reference = (strings[-2], strings[-1])
+                    break
+                elif opcode.name in ("GLOBAL", "INST"):
+                    module, _, name = str(argument).partition(" ")
+                    reference = (module, name)
+                    break
+    except ValueError as error:  # not a pickle stream
+        raise ValueError(f"Invalid replay buffer file {str(path)!r}: it is truncated or corrupt ({error})") from error
+    found = None
+    if reference is not None:
+        module, name = reference
+        if module.partition(".")[0] in ("sb3_async", "stable_baselines3"):
+            with contextlib.suppress(ImportError):
+                importlib.import_module(module)
+        found = getattr(sys.modules.get(module), name, None)
+    if not (isinstance(found, type) and issubclass(found, expected)):
+        what = "no class" if reference is None else ".".join(reference)
+        raise ValueError(
+            f"Invalid replay buffer file {str(path)!r}: expected a pickled {expected.__name__}, it holds {what} (it was "
+            "not unpickled: unpickling a file runs the code it names)"
+        )
 
 
 @contextlib.contextmanager
@@ -133,7 +212,9 @@ class AtomicSaves(BaseAlgorithm):
         **kwargs: Any,
     ) -> SelfAtomicSaves:
         """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by this algorithm (another
-        algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file). Arguments of the
+        algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file). As with SB3, a model
+        file holds pickled objects (the env recipe, schedules), and loading it runs the code they name: load only
+        files you trust. Arguments of the
         algorithm's own that SB3's ``load()`` does not know (:meth:`_pop_load_options`) are applied to the loaded model
         (:meth:`_apply_load_options`)."""
         if cls.saved_class_marker is not None:
