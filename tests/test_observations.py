@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
+from sb3_async.common.observations import (
+    SB3_OBSERVATION_SPACES,
+    check_finite_observations,
+    check_finite_rewards,
+    check_observation_space,
+)
 from sb3_async.runtime.processes import WorkerError
 from tests.helpers import ALGORITHM_NAMES, NaNObservationEnv, small_model
 
@@ -75,9 +80,7 @@ def test_cnn_lstm_policy_on_vectors_is_refused_at_construction():
 @pytest.mark.parametrize("nan_at", [0, 5], ids=["reset", "step"])
 @pytest.mark.parametrize("name", ["A3C", "AsyncNStepQ", "ApeXDQN"])
 def test_worker_stops_at_a_nan_observation(name, nan_at):
-    # Ape-X would restart the actor first (the same error each time)
-    kwargs = dict(max_actor_restarts=0) if name == "ApeXDQN" else {}
-    model = small_model(name, NaNObservationEnv(nan_at=nan_at), **kwargs)
+    model = small_model(name, NaNObservationEnv(nan_at=nan_at))  # Ape-X does not restart an actor that raised
     with pytest.raises(WorkerError, match=NON_FINITE.format(r"[01]") + r": array\(\[nan, nan, nan, nan\]"):
         model.learn(5_000)
 
@@ -88,3 +91,44 @@ def test_ae_ddpg_stops_at_a_nan_observation(nan_at):
     with pytest.raises(ValueError, match=NON_FINITE.format(r"[01]") + r": array\(\[nan, nan, nan\]"):
         model.learn(500)
     assert model.env is None  # the pool was closed
+
+
+class NaNRewardEnv(gym.Wrapper):
+    """An env whose reward is ``value`` at its ``at``-th step (counted over episodes)."""
+
+    def __init__(self, env: gym.Env | None = None, at: int = 5, value: float = float("nan")):
+        super().__init__(gym.make("CartPole-v1") if env is None else env)
+        self.at, self.value, self.count = at, value, 0
+
+    def step(self, action):
+        self.count += 1
+        obs, reward, *rest = self.env.step(action)
+        return obs, (self.value if self.count == self.at else reward), *rest
+
+
+NON_FINITE_REWARD = r"Env {} returned a non-finite reward \(NaN or inf\) at global step \d+: {}"
+
+
+def test_a_non_finite_reward_names_its_env_and_step():
+    check_finite_rewards(np.zeros(3, np.float32), 4)
+    with pytest.raises(ValueError, match=NON_FINITE_REWARD.format(5, "nan")):
+        check_finite_rewards(np.array([0.0, np.nan, 1.0]), 4, step=lambda: 120)
+    with pytest.raises(ValueError, match=r"Env 9 returned a non-finite reward \(NaN or inf\): -inf"):
+        check_finite_rewards([1.0, 2.0, -np.inf], [2, 7, 9])
+
+
+@pytest.mark.parametrize("name", ["A3C", "AsyncNStepQ", "ApeXDQN"])
+def test_worker_stops_at_a_nan_reward_before_learning_from_it(name):
+    model = small_model(name, NaNRewardEnv(at=50))
+    with pytest.raises(WorkerError, match=NON_FINITE_REWARD.format(r"[01]", "nan")):
+        model.learn(5_000)
+    parameters = np.concatenate([p.detach().numpy().ravel() for p in model.policy.parameters()])
+    assert np.isfinite(parameters).all()
+
+
+def test_ae_ddpg_stops_at_an_infinite_reward_before_storing_it():
+    model = small_model("AEDDPG", lambda: NaNRewardEnv(gym.make("Pendulum-v1"), at=50, value=float("inf")))
+    with pytest.raises(ValueError, match=NON_FINITE_REWARD.format(r"\d+", "inf")):
+        model.learn(2_000)
+    assert model.env is None  # the pool was closed
+    assert np.isfinite(model.replay_buffer.rewards).all()

@@ -99,10 +99,21 @@ def test_dead_apex_actor_is_restarted_and_learning_goes_on(tmp_path):
 
 
 def test_actor_restarts_are_bounded():
-    """An actor whose env raises every time: restarted once, then ``learn()`` raises its traceback."""
-    model = ApeXDQN("MlpPolicy", lambda: FailingEnv(fail_at=50, how="raise"), max_actor_restarts=1, **FAST_DQN)
-    with pytest.warns(RuntimeWarning, match=r"restarting it \(1/1\)"), pytest.raises(WorkerError, match="boom in step"):
+    """An actor whose process is killed every time: restarted once, then ``learn()`` raises."""
+    model = ApeXDQN("MlpPolicy", lambda: FailingEnv(fail_at=50, how="kill"), max_actor_restarts=1, **FAST_DQN)
+    with pytest.warns(RuntimeWarning, match=r"restarting it \(1/1\)"), pytest.raises(WorkerError, match="SIGKILL"):
         model.learn(1_000_000)
+    assert live_children() == []
+
+
+def test_an_actor_that_raises_fails_learn_at_once():
+    """An env that raises (a deterministic failure) is not restarted: the same error would come back each time."""
+    model = ApeXDQN("MlpPolicy", lambda: FailingEnv(fail_at=50, how="raise"), max_actor_restarts=3, **FAST_DQN)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(WorkerError, match="boom in step"):
+            model.learn(1_000_000)
+    assert [str(w.message) for w in caught if "restarting it" in str(w.message)] == []
     assert live_children() == []
 
 

@@ -24,7 +24,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecTransposeImage
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.callbacks import show_final_timesteps
 from sb3_async.common.noise import RandomWalkActionNoise
-from sb3_async.common.observations import check_finite_observations
+from sb3_async.common.observations import check_finite_observations, check_finite_rewards
 from sb3_async.env_pool.vec_env import PoolVecEnv
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
 
@@ -244,6 +244,7 @@ class PoolCollection(OffPolicyAlgorithm):
             ended = [i for i in ids if terminations[i] or truncations[i]]
             check_finite_observations([new_obs[i] for i in ids], ids)
             check_finite_observations([infos[i][FINAL_OBS] for i in ended], ended)
+            check_finite_rewards([rewards[i] for i in ids], ids, self.num_timesteps)
             for i in ids:
                 self._store_transition_of(i, new_obs[i], rewards[i], terminations[i], truncations[i], infos[i])
             self.num_timesteps += len(ids)

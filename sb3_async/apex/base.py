@@ -33,7 +33,7 @@ from torch import nn
 from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transitions
 from sb3_async.common.async_algorithm import AsyncAlgorithm
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer
-from sb3_async.common.observations import check_finite_observations
+from sb3_async.common.observations import check_finite_observations, check_finite_rewards
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.save_util import AtomicReplaySaves, check_pickled_class, replay_file_errors
 from sb3_async.common.torch_utils import build_worker_policy
@@ -122,6 +122,7 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
         stored, env_actions = model.act(obs)
         new_obs, rewards, dones, infos = env.step(env_actions)
         check_finite_observations(new_obs, env_offset)
+        check_finite_rewards(rewards, env_offset, lambda: ctx.num_timesteps)
         rewards = rewards.astype(np.float32)
         truncated = [i for i in np.flatnonzero(dones) if infos[i].get("TimeLimit.truncated", False)]
         if truncated:  # bootstrap at time limits (SB3's convention): r + γ v(s_terminal), the transition stays done
@@ -169,9 +170,10 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
     :param block_size: transitions an actor buffers before computing their priorities and sending them (50, paper)
     :param actor_update_interval: env steps of an actor between two parameter refreshes (400, paper §4.1)
     :param max_blocks_in_flight: blocks an actor may have sent and not yet inserted before it waits
-    :param max_actor_restarts: how many times one actor that died (exception, signal, lost Ray actor or node) is
-        restarted within a ``learn()`` call (a warning each time, counted in ``rollout/actor_restarts``); once more
-        and ``learn()`` raises :class:`~sb3_async.runtime.processes.WorkerError`
+    :param max_actor_restarts: how many times one actor whose process was lost (a signal, a crash, a lost Ray actor or
+        node) is restarted within a ``learn()`` call (a warning each time, counted in ``rollout/actor_restarts``);
+        once more and ``learn()`` raises :class:`~sb3_async.runtime.processes.WorkerError`. An actor that raises an
+        exception (its env's error, a NaN observation) is not restarted: ``learn()`` raises its traceback at once
     :param replay_ratio: None (the paper: actors and learner each as fast as they can), or transitions the learner
         replays per transition inserted once learning started; the learner then holds blocks back when it is behind
         (its actors wait) and waits for data when it is ahead: SB3's fixed ``train_freq``/``gradient_steps`` ratio,
@@ -339,10 +341,12 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
         return specs
 
     def _on_worker_error(self, runtime: Runtime, error: WorkerError) -> None:
-        """An actor died: restart it (Horgan et al.: actors may fail without stopping learning), up to
-        ``max_actor_restarts`` times per actor and ``learn()`` call."""
+        """An actor's process was lost (killed, crashed, a lost Ray actor or node): restart it (Horgan et al.: actors
+        may fail without stopping learning), up to ``max_actor_restarts`` times per actor and ``learn()`` call. An
+        actor that raised (its env's code or ours: a NaN observation, an env failing at the same step) fails
+        ``learn()`` at once with its traceback, since a restart would fail alike."""
         count = self._restarts.get(error.rank, 0)
-        if count >= self.max_actor_restarts or error.exitcode == EXIT_UNGUARDED_MAIN:  # a restart would fail alike
+        if not error.lost or count >= self.max_actor_restarts or error.exitcode == EXIT_UNGUARDED_MAIN:
             raise error
         self._restarts[error.rank] = count + 1
         how = error.worker_traceback.strip().splitlines()[-1] if error.worker_traceback else f"exit code {error.exitcode}"

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from sb3_async.common.async_algorithm import AsyncAlgorithm
-from sb3_async.common.observations import check_finite_observations
+from sb3_async.common.observations import check_finite_observations, check_finite_rewards
 from sb3_async.common.optimizers import OPTIMIZER_NAMES, AsyncOptimizer, WorkerOptimizer, as_async_optimizer, make_optimizer
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.torch_utils import build_worker_policy, clip_grad_norm, to_tensor
@@ -134,6 +134,7 @@ class HogwildWorker:
             actions = act(self.obs)
             new_obs, rewards, dones, infos = self.env.step(env_action(actions))
             check_finite_observations(new_obs, self.env_offset)
+            check_finite_rewards(rewards, self.env_offset, lambda: self.ctx.num_timesteps)
             rewards = rewards.astype(np.float32)
             truncated = np.array([i for i in np.flatnonzero(dones) if infos[i].get("TimeLimit.truncated", False)], dtype=int)
             if truncated.size:  # bootstrap at time limits, as SB3 does: r + γ V(s_terminal), the step stays done

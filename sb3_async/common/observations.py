@@ -7,7 +7,7 @@ A NaN or an infinity in an observation does not stop training by itself: the net
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -68,4 +68,28 @@ def _check_batch(obs: Any, envs: int | Sequence[int] | np.ndarray, where: str) -
     raise ValueError(
         f"Env {env} returned a non-finite observation{where} (NaN or inf): {batch[row]!r}. The networks cannot learn "
         "from it: fix the env, or replace such values in a wrapper (e.g. gymnasium.wrappers.TransformObservation)."
+    )
+
+
+def check_finite_rewards(
+    rewards: Any, envs: int | Sequence[int] | np.ndarray = 0, step: int | Callable[[], int] | None = None
+) -> None:
+    """``ValueError`` if a reward of a batch is NaN or infinite, naming its env (and the global step, if given), before
+    any update uses it.
+
+    :param rewards: one reward per env
+    :param envs: the index of the batch's first env (rows are consecutive envs), or the index of each row's env
+    :param step: the global env step count when the batch was stepped, or a function giving it (called only on an
+        error)
+    """
+    batch = np.asarray(rewards, dtype=np.float64).reshape(-1)
+    finite = np.isfinite(batch)
+    if finite.all():
+        return
+    row = int(np.flatnonzero(~finite)[0])
+    env = envs + row if isinstance(envs, int) else int(envs[row])
+    when = "" if step is None else f" at global step {step() if callable(step) else step}"
+    raise ValueError(
+        f"Env {env} returned a non-finite reward (NaN or inf){when}: {float(batch[row])!r}. The networks cannot learn "
+        "from it: fix the env, or replace such values in a wrapper (e.g. gymnasium.wrappers.TransformReward)."
     )

@@ -45,10 +45,15 @@ EXIT_UNGUARDED_MAIN = 86
 
 
 class WorkerError(RuntimeError):
-    """A worker raised an exception or died. The message names the worker and carries its traceback."""
+    """A worker raised an exception or died. The message names the worker and carries its traceback.
 
-    def __init__(self, rank: int, name: str, exitcode: int | None, worker_traceback: str | None):
+    ``lost`` tells the two apart: True when the worker's process (or the Ray actor running it) was lost without its
+    code raising (a signal, a crash, a lost node), False when its code raised (``worker_traceback`` is its traceback).
+    """
+
+    def __init__(self, rank: int, name: str, exitcode: int | None, worker_traceback: str | None, lost: bool | None = None):
         self.rank, self.name, self.exitcode, self.worker_traceback = rank, name, exitcode, worker_traceback
+        self.lost = worker_traceback is None if lost is None else lost
         if exitcode is not None and exitcode < 0:
             try:
                 how = f"was killed by {signal.Signals(-exitcode).name} (exit code {exitcode})"

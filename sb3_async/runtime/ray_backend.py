@@ -288,7 +288,7 @@ class RayRuntime(Runtime):
             if self._host_of.get(rank) is host and rank not in self._failed:
                 self._failed.add(rank)
                 reason = f"The Ray actor {host.name} running it{where} was lost: {type(error).__name__}: {error}"
-                self._errors.append(WorkerError(rank, self._specs[rank].name, None, reason))
+                self._errors.append(WorkerError(rank, self._specs[rank].name, None, reason, lost=True))
 
     def _receive(self, host: _HostState, reply: dict[str, Any]) -> list[tuple[int, str, Any]]:
         host.inflight = None
