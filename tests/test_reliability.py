@@ -299,3 +299,63 @@ def test_a_started_command_ends_with_its_killed_parent(tmp_path, watch):
         for pid in processes_with_marker(marker):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+class StuckOnceEnv(gym.Wrapper):
+    """CartPole whose step blocks (10 minutes) at its ``at``-th step, in the first env copy to get there (a marker file
+    decides); ``native=True`` blocks the way native code does (the watchdog's signal held back)."""
+
+    def __init__(self, marker: str, at: int = 30, native: bool = False):
+        super().__init__(gym.make("CartPole-v1"))
+        self.marker, self.at, self.native, self.count = Path(marker), at, native, 0
+
+    def step(self, action):
+        self.count += 1
+        if self.count == self.at and self._first():
+            if self.native:
+                from sb3_async.runtime.processes import StepWatchdog
+
+                StepWatchdog.GRACE = 1.0  # this worker's: a short grace, for the test
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+            time.sleep(600)
+        return self.env.step(action)
+
+    def _first(self) -> bool:
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
+
+
+@pytest.mark.parametrize("name", ["A3C", "AsyncNStepQ", "ApeXDQN"])
+def test_a_stuck_env_step_fails_learn_naming_the_env(tmp_path, name):
+    """One env of one of two workers blocks in step(): learn() fails after step_timeout with the env, its worker and
+    the traceback of where it was stuck, instead of waiting forever."""
+    marker = str(tmp_path / "stuck")
+    model = small_model(name, lambda: StuckOnceEnv(marker), step_timeout=2)  # two workers
+    start = time.monotonic()
+    stuck = r"StepTimeout: Env \d+ \(worker \d, .*\) has been stuck in a step for \d+ s"
+    with pytest.raises(WorkerError, match=stuck) as info:
+        model.learn(10_000_000)
+    assert time.monotonic() - start < 60
+    assert "time.sleep(600)" in (info.value.worker_traceback or "")  # where it was stuck
+    assert live_children() == []
+
+
+def test_a_step_stuck_in_native_code_ends_its_worker():
+    marker = f"/tmp/sb3_async_stuck_{uuid.uuid4().hex}"
+    model = A3C("MlpPolicy", lambda: StuckOnceEnv(marker, native=True), n_workers=2, seed=0, step_timeout=1)
+    try:
+        with pytest.raises(WorkerError, match="stayed stuck in a step past step_timeout"):
+            model.learn(10_000_000)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(marker)
+    assert live_children() == []
+
+
+def test_step_timeout_is_checked():
+    for bad, error in (("1", TypeError), (-1, ValueError), (0, ValueError)):
+        with pytest.raises(error, match="step_timeout"):
+            A3C("MlpPolicy", "CartPole-v1", n_workers=1, step_timeout=bad)

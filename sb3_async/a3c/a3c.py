@@ -303,6 +303,8 @@ class A3C(HogwildAlgorithm):
         saves one frozen policy as with SB3's algorithms (default True; False: evaluations run while workers train)
     :param torch_threads: torch threads of the main process during ``learn()``; None (default): the CPUs the workers
         leave free, at least 1 (logged as ``config/torch_threads``); the caller's count is restored after
+    :param step_timeout: seconds one env step may take in a worker before ``learn()`` fails naming the env (default
+        60; None: no limit)
     :param stats_window_size: episodes averaged for ``rollout/`` logging
     :param tensorboard_log: TensorBoard log folder
     :param policy_kwargs: passed to the policy
@@ -346,6 +348,7 @@ class A3C(HogwildAlgorithm):
         backend_kwargs: dict[str, Any] | None = None,
         pause_for_eval: bool = True,
         torch_threads: int | None = None,
+        step_timeout: float | None = 60.0,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -376,6 +379,7 @@ class A3C(HogwildAlgorithm):
             backend_kwargs=backend_kwargs,
             pause_for_eval=pause_for_eval,
             torch_threads=torch_threads,
+            step_timeout=step_timeout,
             policy_kwargs=policy_kwargs,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,

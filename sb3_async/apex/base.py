@@ -37,7 +37,7 @@ from sb3_async.common.observations import check_finite_observations, check_finit
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.save_util import AtomicReplaySaves, check_pickled_class, replay_file_errors
 from sb3_async.common.torch_utils import build_worker_policy
-from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig
+from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig, make_worker_envs
 from sb3_async.runtime import Runtime, WorkerContext, WorkerSpec
 from sb3_async.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
 from sb3_async.validation import check_float, check_int, check_replay_sizes
@@ -86,10 +86,7 @@ def published_parameters(policy: nn.Module, names: tuple[str, ...]) -> list[torc
 
 def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
     """One Ape-X actor (Algorithm 1)."""
-    # A VecNormalize among the env's wrappers updates the statistics all actors share (slot rank + 1 is this actor's)
-    env = cfg.env_recipe.make_vec_env(
-        cfg.n_envs, ctx.base_seed + ctx.rank * cfg.n_envs, ctx.shared.get("normalization"), slot=ctx.rank + 1
-    )
+    env = make_worker_envs(ctx, cfg)
     policy = build_worker_policy(cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule, cfg.policy_kwargs)
     policy.set_training_mode(False)
     local = published_parameters(policy, cfg.published)

@@ -121,6 +121,7 @@ class ApeXDPG(ApeXAlgorithm):
         seed: int | None = None,
         device: torch.device | str = "auto",
         torch_threads: int | None = None,
+        step_timeout: float | None = 60.0,
         _init_setup_model: bool = True,
     ):
         self.actor_grad_clip = check_float("actor_grad_clip", actor_grad_clip)
@@ -156,6 +157,7 @@ class ApeXDPG(ApeXAlgorithm):
             seed=seed,
             device=device,
             torch_threads=torch_threads,
+            step_timeout=step_timeout,
             supported_action_spaces=(spaces.Box,),
         )
         if _init_setup_model:

@@ -127,6 +127,7 @@ class ApeXDQN(EpsilonGreedyPredict, ApeXAlgorithm):
         seed: int | None = None,
         device: torch.device | str = "auto",
         torch_threads: int | None = None,
+        step_timeout: float | None = 60.0,
         _init_setup_model: bool = True,
     ):
         self.max_grad_norm = check_float("max_grad_norm", max_grad_norm)
@@ -167,6 +168,7 @@ class ApeXDQN(EpsilonGreedyPredict, ApeXAlgorithm):
             seed=seed,
             device=device,
             torch_threads=torch_threads,
+            step_timeout=step_timeout,
             supported_action_spaces=(spaces.Discrete,),
         )
         if _init_setup_model:

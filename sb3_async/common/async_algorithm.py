@@ -109,6 +109,9 @@ class AsyncAlgorithm(WorkerSupervision, SharedNormalization, AtomicSaves):
         saves one frozen policy, as with SB3's algorithms (default True; False: evaluations run while workers train)
     :param torch_threads: torch threads of the main process during ``learn()``; None (default): the CPUs the workers on
         this machine leave free, at least 1 (logged as ``config/torch_threads``); the caller's count is restored after
+    :param step_timeout: seconds one env step (or the reset after an episode) may take in a worker; a step stuck longer
+        is interrupted and ``learn()`` raises a ``WorkerError`` naming the env, its worker and how long it was stuck,
+        with the traceback of where it was stuck (default 60; None: no limit)
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {}
@@ -139,8 +142,12 @@ class AsyncAlgorithm(WorkerSupervision, SharedNormalization, AtomicSaves):
         supported_action_spaces: tuple[type[spaces.Space], ...] | None = None,
         pause_for_eval: bool = True,
         torch_threads: int | None = None,
+        step_timeout: float | None = 60.0,
     ):
         self.torch_threads = check_torch_threads(torch_threads)
+        self.step_timeout = None if step_timeout is None else check_float("step_timeout", step_timeout, 0.0)
+        if self.step_timeout == 0:
+            raise ValueError("Invalid step_timeout=0: expected a positive number of seconds, or None (no limit)")
         if not isinstance(pause_for_eval, bool):
             raise TypeError(f"Invalid pause_for_eval={pause_for_eval!r}: expected True or False")
         self.pause_for_eval = pause_for_eval
@@ -387,4 +394,5 @@ class AsyncAlgorithm(WorkerSupervision, SharedNormalization, AtomicSaves):
             lr_schedule=self.lr_schedule,
             n_steps=n_steps,
             gamma=gamma,
+            step_timeout=self.step_timeout,
         )

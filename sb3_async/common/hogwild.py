@@ -27,7 +27,7 @@ from sb3_async.common.observations import check_finite_observations, check_finit
 from sb3_async.common.optimizers import OPTIMIZER_NAMES, AsyncOptimizer, WorkerOptimizer, as_async_optimizer, make_optimizer
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.torch_utils import build_worker_policy, clip_grad_norm, to_tensor
-from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig
+from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig, make_worker_envs
 from sb3_async.runtime import WorkerContext
 from sb3_async.validation import check_float
 
@@ -89,9 +89,7 @@ class HogwildWorker:
         self, ctx: WorkerContext, cfg: HogwildWorkerConfig, local_module: Callable[[Any], nn.Module] = lambda policy: policy
     ):
         self.ctx, self.cfg = ctx, cfg
-        self.env = cfg.env_recipe.make_vec_env(
-            cfg.n_envs, ctx.base_seed + ctx.rank * cfg.n_envs, ctx.shared.get("normalization"), slot=ctx.rank + 1
-        )
+        self.env = make_worker_envs(ctx, cfg)
         self.policy = build_worker_policy(
             cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule, cfg.policy_kwargs
         )

@@ -18,7 +18,7 @@ import importlib
 import io
 import pickle
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
@@ -44,6 +44,7 @@ from sb3_async.common.normalization import attach_statistics, vec_normalize_opti
 from sb3_async.env_pool.core import EnvPoolBase
 from sb3_async.env_pool.multi_agent import is_multi_agent
 from sb3_async.env_pool.vec_env import PoolVecEnv
+from sb3_async.runtime.processes import StepWatchdog
 
 _WHAT_TO_PASS = (
     "Pass an env id (e.g. 'CartPole-v1'), a picklable factory (e.g. `lambda: gym.make('CartPole-v1')`), "
@@ -62,14 +63,27 @@ class WorkerVecEnv(DummyVecEnv):
     """``DummyVecEnv`` without its per-step deep copies: a worker consumes each step's infos and observations once
     and never mutates them, so shallow copies are enough (the deep copies cost more than a CartPole step)."""
 
+    _watchdog: StepWatchdog | None = None
+    _labels: Sequence[str] = ()
+
+    def watch_steps(self, watchdog: StepWatchdog, labels: Sequence[str]) -> None:
+        """Bracket each env's step (and the reset after its episode ends) for ``watchdog``, naming env ``i``
+        ``labels[i]``: a step stuck past its timeout is interrupted with a ``StepTimeout`` naming the env."""
+        self._watchdog, self._labels = watchdog, list(labels)
+
     def step_wait(self) -> Any:
+        watchdog = self._watchdog
         for env_idx in range(self.num_envs):
+            if watchdog is not None:
+                watchdog.begin(self._labels[env_idx])
             obs, self.buf_rews[env_idx], terminated, truncated, info = self.envs[env_idx].step(self.actions[env_idx])
             self.buf_dones[env_idx] = terminated or truncated
             info["TimeLimit.truncated"] = truncated and not terminated
             if self.buf_dones[env_idx]:
                 info["terminal_observation"] = obs
                 obs, self.reset_infos[env_idx] = self.envs[env_idx].reset()
+            if watchdog is not None:
+                watchdog.end()
             self.buf_infos[env_idx] = info
             self._save_obs(env_idx, obs)
         return self._obs_from_buf(), self.buf_rews.copy(), self.buf_dones.copy(), list(self.buf_infos)

@@ -9,18 +9,20 @@ callbacks' ``new_obs``. Both ends of that buffer live here, so its layout is def
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from gymnasium import spaces
 from stable_baselines3.common.type_aliases import Schedule
+from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_async.common.worker_envs import EnvRecipe
+from sb3_async.common.worker_envs import EnvRecipe, WorkerVecEnv
 from sb3_async.runtime import WorkerContext
+from sb3_async.runtime.processes import StepWatchdog
 
-__all__ = ["StatsReporter", "WorkerPolicyConfig", "read_obs", "shared_obs_buffer", "write_obs"]
+__all__ = ["StatsReporter", "WorkerPolicyConfig", "make_worker_envs", "read_obs", "shared_obs_buffer", "write_obs"]
 
 
 @dataclass
@@ -37,6 +39,8 @@ class WorkerPolicyConfig:
     lr_schedule: Schedule
     n_steps: int
     gamma: float
+    #: Seconds an env step may take before the worker fails with its traceback (None: no limit)
+    step_timeout: float | None = field(default=None, kw_only=True)
 
 
 def shared_obs_buffer(space: spaces.Space, n_envs: int) -> Any:
@@ -105,3 +109,18 @@ class StatsReporter:
             write_obs(self._obs_buffer, self.env_offset, obs)
         self.ctx.send("stats", dict(episodes=self._episodes, train=train))
         self._episodes, self._train, self._counts = [], {}, {}
+
+
+def make_worker_envs(ctx: WorkerContext, cfg: WorkerPolicyConfig) -> VecEnv:
+    """This worker's env copies (``cfg.n_envs``, seeded by rank; a ``VecNormalize`` among the wrappers updates the
+    statistics all workers share, in slot ``rank + 1``), their steps watched for ``cfg.step_timeout``."""
+    env = cfg.env_recipe.make_vec_env(
+        cfg.n_envs, ctx.base_seed + ctx.rank * cfg.n_envs, ctx.shared.get("normalization"), slot=ctx.rank + 1
+    )
+    if cfg.step_timeout is not None:
+        inner = env.unwrapped
+        if isinstance(inner, WorkerVecEnv):
+            first = ctx.rank * cfg.n_envs  # the global index of the worker's first env
+            labels = [f"Env {first + i} (worker {ctx.rank}, {ctx.name})" for i in range(cfg.n_envs)]
+            inner.watch_steps(StepWatchdog(cfg.step_timeout), labels)
+    return env

@@ -22,8 +22,11 @@ from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
 __all__ = [
+    "EXIT_STUCK",
     "EXIT_UNGUARDED_MAIN",
     "START_METHODS",
+    "StepTimeout",
+    "StepWatchdog",
     "WorkerError",
     "PARENT_PID_VARIABLE",
     "exit_if_importing_main",
@@ -42,6 +45,8 @@ START_METHODS = ("forkserver", "spawn", "fork")
 
 #: Exit code of a worker whose start re-imported a main script that starts workers again (no ``__main__`` guard).
 EXIT_UNGUARDED_MAIN = 86
+#: Exit code of a worker whose env stayed stuck in a step past the step timeout without returning to Python.
+EXIT_STUCK = 87
 
 
 class WorkerError(RuntimeError):
@@ -64,6 +69,11 @@ class WorkerError(RuntimeError):
         message = f"Worker {rank} ({name}) {how}"
         if worker_traceback:
             message += f". Its traceback:\n{worker_traceback}"
+        elif exitcode == EXIT_STUCK:
+            message += (
+                ": one of its envs stayed stuck in a step past step_timeout and did not return to Python to be "
+                "interrupted (the message printed above names it)"
+            )
         elif exitcode == EXIT_UNGUARDED_MAIN:
             main_file = getattr(sys.modules.get("__main__"), "__file__", None)
             message = (
@@ -194,6 +204,67 @@ def watch_parent_from_env() -> None:
     parent = os.environ.get(PARENT_PID_VARIABLE)
     if parent:
         watch_parent(int(parent), group=True)
+
+
+class StepTimeout(TimeoutError):
+    """An env's step ran past the step timeout; raised inside that step, in the worker's main thread."""
+
+
+class StepWatchdog:
+    """Interrupts an env step that runs past ``timeout`` seconds in this process's main thread (a worker's).
+
+    The worker brackets each step with :meth:`begin` and :meth:`end` (two attribute writes). A thread looks once a
+    second: past the timeout it sends ``SIGUSR2`` to the main thread, whose handler raises :class:`StepTimeout` there,
+    naming the env and how long it has been stuck, so the worker reports it with the traceback of where it was stuck;
+    a step that does not return to Python within :attr:`GRACE` more seconds (stuck in native code) ends the process
+    with :data:`EXIT_STUCK` after printing the same message. Build it in the main thread.
+    """
+
+    #: Seconds a step may stay stuck after the interrupt before the process exits.
+    GRACE = 10.0
+
+    def __init__(self, timeout: float):
+        self.timeout = float(timeout)
+        self._label: str | None = None
+        self._count = 0  # steps begun: the watching thread tells one long step from many short ones by it
+        self._stuck_since = 0.0
+        signal.signal(signal.SIGUSR2, self._interrupt)
+        threading.Thread(target=self._watch, name="sb3_async-step-watchdog", daemon=True).start()
+
+    def begin(self, label: str) -> None:
+        """A step of the env ``label`` (e.g. ``"Env 3 (worker 1, a3c-1)"``) starts."""
+        self._count += 1
+        self._label = label
+
+    def end(self) -> None:
+        """The step returned."""
+        self._label = None
+
+    def _message(self, label: str) -> str:
+        stuck = time.monotonic() - self._stuck_since
+        return f"{label} has been stuck in a step for {stuck:.0f} s (step_timeout={self.timeout:g} s)"
+
+    def _interrupt(self, signum: int, frame: Any) -> None:
+        label = self._label
+        if label is not None:
+            raise StepTimeout(self._message(label))
+
+    def _watch(self) -> None:
+        main, tick = threading.main_thread().ident, min(1.0, self.timeout / 4)
+        seen, interrupted = -1, -1
+        while True:
+            time.sleep(tick)
+            count, label, now = self._count, self._label, time.monotonic()
+            if count != seen or label is None:  # another step since the last look, or none running
+                seen, self._stuck_since = count, now - tick / 2  # the step began within the last tick
+                continue
+            stuck = now - self._stuck_since
+            if stuck > self.timeout and interrupted != count:
+                interrupted = count
+                signal.pthread_kill(main, signal.SIGUSR2)  # type: ignore[arg-type]
+            elif stuck > self.timeout + self.GRACE and interrupted == count:
+                print(self._message(label), file=sys.stderr, flush=True)
+                os._exit(EXIT_STUCK)
 
 
 def report_and_exit(conn: Connection, kind: str) -> NoReturn:
