@@ -69,3 +69,16 @@ def check_replay_sizes(buffer_size: Any, batch_size: Any) -> tuple[int, int]:
     if batch_size > buffer_size:
         raise ValueError(f"Invalid batch_size={batch_size}: larger than buffer_size={buffer_size}, it could never be sampled")
     return buffer_size, batch_size
+
+
+def check_seed(seed: Any) -> int | None:
+    """``seed`` as given to an algorithm: None, or an integer in [0, 2**32) (NumPy's seeds): ``TypeError`` if it is not
+    an integer, ``ValueError`` if it is outside."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"Invalid seed={seed!r}: expected an integer in [0, 2**32) or None")
+    value = int(seed)
+    if not 0 <= value < 2**32:
+        raise ValueError(f"Invalid seed={seed!r}: expected an integer in [0, 2**32) or None")
+    return value

@@ -46,7 +46,7 @@ from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settin
 from sb3_async.env_pool import AsyncEnvPool
 from sb3_async.env_pool.core import load_pickled_env
 from sb3_async.env_pool.vec_env import PoolVecEnv
-from sb3_async.validation import check_float, check_int, check_replay_sizes
+from sb3_async.validation import check_float, check_int, check_replay_sizes, check_seed
 
 # With the names that lived here before the collection, the env building and the argument checks moved out.
 __all__ = [
@@ -206,6 +206,7 @@ class AEDDPG(AtomicReplaySaves, PoolCollection, TD3):
         learning_starts = check_int("learning_starts", learning_starts, minimum=0)
         n_envs = None if n_envs is None else check_int("n_envs", n_envs)
         self.min_ready = check_int("min_ready", min_ready)
+        seed = check_seed(seed)
         self.updates_per_transition = check_updates_per_transition(updates_per_transition, gradient_steps)
         self._update_credit = 0.0  # fraction of a gradient step owed to the next training
         check_pool_arguments(pool_kwargs, backend, backend_kwargs)
@@ -218,6 +219,8 @@ class AEDDPG(AtomicReplaySaves, PoolCollection, TD3):
             env, self.env_source = make_pool_vec_env(env, n_envs, self._pool_arguments())
             try:
                 check_observation_space(type(self).__name__, env.observation_space, self.supported_observation_spaces)
+                if self.min_ready > env.num_envs:
+                    raise ValueError(f"Invalid min_ready={self.min_ready}: at most the {env.num_envs} envs stepped (n_envs)")
             except ValueError:
                 if self.env_source is not None:  # built here: nobody else will close it
                     env.close()

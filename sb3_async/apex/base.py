@@ -230,9 +230,36 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
         self._reset_flow()
         super().__init__(policy, env, learning_rate, n_workers=n_actors, n_envs_per_worker=n_envs_per_actor, **kwargs)
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        for theirs, ours in (("n_workers", "n_actors"), ("n_envs_per_worker", "n_envs_per_actor")):
+            if theirs in kwargs:
+                raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {theirs!r}: Ape-X calls it {ours!r}")
+        return super().__new__(cls)
+
     @property
     def n_actors(self) -> int:
+        """Actor processes (the constructor's ``n_actors``)."""
         return self.n_workers
+
+    @property
+    def n_envs_per_actor(self) -> int:
+        """Envs each actor steps, as given to the constructor (with a multi-agent env: env copies, not agents)."""
+        agents = self._env_recipe.agents_per_env if self._env_recipe is not None else 1
+        return self.n_envs_per_worker // agents
+
+    def _setup_learn(self, total_timesteps: int, *args: Any, **kwargs: Any) -> Any:
+        total, callback = super()._setup_learn(total_timesteps, *args, **kwargs)
+        stored = self.replay_buffer.size() if self.replay_buffer is not None else 0
+        steps = total - self.num_timesteps
+        if stored + steps < self.learning_starts:
+            warnings.warn(
+                f"{type(self).__name__}.learn() ends after {steps} env steps, before the replay holds "
+                f"learning_starts={self.learning_starts} transitions ({stored} now): the learner will take no gradient "
+                "step. Train longer, or lower learning_starts (its default is the paper's, for Atari).",
+                UserWarning,
+                stacklevel=3,
+            )
+        return total, callback
 
     def _reset_flow(self) -> None:
         self._flow = dict(received=0, inserted=0, inserted_learning=0, replayed=0, batches=0)

@@ -80,6 +80,8 @@ class ApeXDPG(ApeXAlgorithm):
     Other arguments: :class:`~sb3_async.common.async_algorithm.AsyncAlgorithm`.
     """
 
+    other_action_spaces = " (for Discrete actions: A3C, the async Q family or ApeXDQN)"
+
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpPolicy": TD3Policy,
         "CnnPolicy": CnnPolicy,

@@ -89,6 +89,8 @@ class ApeXDQN(EpsilonGreedyPredict, ApeXAlgorithm):
     Other arguments: :class:`~sb3_async.common.async_algorithm.AsyncAlgorithm`.
     """
 
+    other_action_spaces = " (for Box actions: A3C, ApeXDPG or AEDDPG)"
+
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MlpPolicy": DuelingDQNPolicy, "CnnPolicy": DuelingCnnPolicy}
     policy: DQNPolicy
     published_modules = ("q_net", "q_net_target")

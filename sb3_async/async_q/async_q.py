@@ -174,6 +174,8 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
     Other parameters as :class:`~sb3_async.A3C`.
     """
 
+    other_action_spaces = " (for Box actions: A3C, ApeXDPG or AEDDPG)"
+
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
         "MlpPolicy": DQNPolicy,
         "CnnPolicy": AsyncQCnnPolicy,

@@ -38,7 +38,7 @@ from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig, shar
 from sb3_async.runtime import Runtime, WorkerSpec, make_runtime, worker_seed
 from sb3_async.runtime.mp import start_forkserver
 from sb3_async.runtime.processes import START_METHODS, WorkerError
-from sb3_async.validation import check_backend, check_float, check_int
+from sb3_async.validation import check_backend, check_float, check_int, check_seed
 
 # Re-exported: algorithms built on this module import their worker-side base names from here.
 __all__ = [
@@ -122,6 +122,8 @@ class AsyncAlgorithm(WorkerSupervision, SharedNormalization, AtomicSaves):
     workers_argument: ClassVar[str] = "n_workers"
     envs_argument: ClassVar[str] = "n_envs_per_worker"
     saved_class_marker: ClassVar[str | None] = "n_envs_per_worker"  # only this family saves it
+    #: Where the action spaces this algorithm refuses are taken (ends the message refusing an env)
+    other_action_spaces: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -145,6 +147,7 @@ class AsyncAlgorithm(WorkerSupervision, SharedNormalization, AtomicSaves):
         step_timeout: float | None = 60.0,
     ):
         self.torch_threads = check_torch_threads(torch_threads)
+        seed = check_seed(seed)
         self.step_timeout = None if step_timeout is None else check_float("step_timeout", step_timeout, 0.0)
         if self.step_timeout == 0:
             raise ValueError("Invalid step_timeout=0: expected a positive number of seconds, or None (no limit)")
@@ -195,7 +198,10 @@ class AsyncAlgorithm(WorkerSupervision, SharedNormalization, AtomicSaves):
         supported = supported_action_spaces
         if env is not None and supported is not None and not isinstance(self.action_space, supported):
             accepted = ", ".join(cls.__name__ for cls in supported)
-            raise ValueError(f"Invalid env: {type(self).__name__} supports {accepted} action spaces, got {self.action_space}")
+            raise ValueError(
+                f"Invalid env: {type(self).__name__} supports {accepted} action spaces, got {self.action_space}"
+                f"{self.other_action_spaces}"
+            )
         self._use_worker_view()
         self._train_stats: dict[int, dict[str, float]] = {}
         self._runtime: Runtime | None = None

@@ -15,6 +15,7 @@ from gymnasium import spaces
 
 from sb3_async.env_pool.crashes import WorkerCrashes
 from sb3_async.env_pool.groups import EnvError
+from sb3_async.validation import check_nonnegative
 
 __all__ = ["StepBookkeeping"]
 
@@ -156,6 +157,8 @@ class StepBookkeeping(WorkerCrashes):
             raise ValueError("recv() with no step in flight: send() actions first")
         if isinstance(min_ready, bool) or not isinstance(min_ready, (int, np.integer)) or not 1 <= min_ready <= waiting:
             raise ValueError(f"Invalid min_ready={min_ready!r}: expected 1..{waiting} (the steps sent and not received)")
+        if timeout is not None:
+            timeout = check_nonnegative("timeout", timeout)
         return self._as_dicts(self.collect(list(self._in_flight), timeout, int(min_ready), only=False))
 
     def collect(self, wanted: Sequence[int], timeout: float | None, count: int, only: bool) -> list[tuple[int, dict]]:
