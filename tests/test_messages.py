@@ -4,7 +4,6 @@ import functools
 import warnings
 
 import gymnasium as gym
-import numpy as np
 import pytest
 
 from sb3_async import A3C, AEDDPG, ApeXDQN, AsyncEnvPool, AsyncNStepQ

@@ -305,8 +305,8 @@ class StuckOnceEnv(gym.Wrapper):
     """CartPole whose step blocks (10 minutes) at its ``at``-th step, in the first env copy to get there (a marker file
     decides); ``native=True`` blocks the way native code does (the watchdog's signal held back)."""
 
-    def __init__(self, marker: str, at: int = 30, native: bool = False):
-        super().__init__(gym.make("CartPole-v1"))
+    def __init__(self, marker: str, at: int = 30, native: bool = False, env_id: str = "CartPole-v1"):
+        super().__init__(gym.make(env_id))
         self.marker, self.at, self.native, self.count = Path(marker), at, native, 0
 
     def step(self, action):
@@ -359,3 +359,32 @@ def test_step_timeout_is_checked():
     for bad, error in (("1", TypeError), (-1, ValueError), (0, ValueError)):
         with pytest.raises(error, match="step_timeout"):
             A3C("MlpPolicy", "CartPole-v1", n_workers=1, step_timeout=bad)
+
+
+def test_ae_ddpg_fails_on_a_stuck_env_while_the_others_go_on(tmp_path):
+    """One of AE-DDPG's two envs blocks in its pool worker, the other keeps stepping: learn() fails after step_timeout
+    naming the env, and closes the pool."""
+    from sb3_async.runtime.processes import StepTimeout
+
+    marker = str(tmp_path / "stuck")
+    model = small_model(
+        "AEDDPG", lambda: StuckOnceEnv(marker, env_id="Pendulum-v1"), pool_kwargs=dict(n_workers=2), step_timeout=2
+    )
+    pids = model.get_env().pool.worker_pids()
+    start = time.monotonic()
+    with pytest.raises(StepTimeout, match=r"Env [01] of the AsyncEnvPool has been stuck in a step for \d+ s"):
+        model.learn(1_000_000)
+    assert time.monotonic() - start < 60
+    assert model.env is None  # the pool was closed
+    deadline = time.monotonic() + 10
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [pid for pid in pids if _running(pid)] == []
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

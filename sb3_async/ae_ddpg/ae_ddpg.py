@@ -156,6 +156,8 @@ class AEDDPG(AtomicReplaySaves, PoolCollection, TD3):
     :param torch_threads: torch threads of this process during ``learn()``; None (default): the CPUs the pool's env
         processes on this machine leave free, at least 1 (logged as ``config/torch_threads``); the caller's count is
         restored after
+    :param step_timeout: seconds an env's step may stay in flight; past it ``learn()`` raises ``StepTimeout``
+        naming the env (default 60; None: no limit)
     """
 
     saved_class_marker: ClassVar[str | None] = "min_ready"  # only AEDDPG saves it
@@ -198,6 +200,7 @@ class AEDDPG(AtomicReplaySaves, PoolCollection, TD3):
         seed: int | None = None,
         device: th.device | str = "auto",
         torch_threads: int | None = None,
+        step_timeout: float | None = 60.0,
         _init_setup_model: bool = True,
     ):
         self.torch_threads = check_torch_threads(torch_threads)
@@ -206,6 +209,9 @@ class AEDDPG(AtomicReplaySaves, PoolCollection, TD3):
         learning_starts = check_int("learning_starts", learning_starts, minimum=0)
         n_envs = None if n_envs is None else check_int("n_envs", n_envs)
         self.min_ready = check_int("min_ready", min_ready)
+        self.step_timeout = None if step_timeout is None else check_float("step_timeout", step_timeout, 0.0)
+        if self.step_timeout == 0:
+            raise ValueError("Invalid step_timeout=0: expected a positive number of seconds, or None (no limit)")
         seed = check_seed(seed)
         self.updates_per_transition = check_updates_per_transition(updates_per_transition, gradient_steps)
         self._update_credit = 0.0  # fraction of a gradient step owed to the next training
@@ -332,7 +338,7 @@ class AEDDPG(AtomicReplaySaves, PoolCollection, TD3):
         if self._last_obs is not last_obs:
             check_finite_observations(self._last_obs)
         if self._last_obs is not last_obs or not hasattr(self, "_in_flight"):  # the envs were reset: episodes cut
-            self._in_flight: set[int] = set()
+            self._in_flight: dict[int, float] = {}
             self._caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)  # type: ignore[union-attr]
             self._episode_stats = np.zeros((self.n_envs, 2), dtype=np.float64)  # return, length of the running episode
             if self.action_noise is not None:

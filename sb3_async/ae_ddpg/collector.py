@@ -9,6 +9,7 @@ saved model is what it always was.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -27,6 +28,7 @@ from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.observations import check_finite_observations, check_finite_rewards
 from sb3_async.env_pool.vec_env import PoolVecEnv
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
+from sb3_async.runtime.processes import StepTimeout
 
 
 class EpisodeCaches:
@@ -92,7 +94,8 @@ class PoolCollection(OffPolicyAlgorithm):
     backend_kwargs: dict[str, Any]
     _buffer_actions: np.ndarray  # the scaled actions of the steps in flight, per env
     _caches: EpisodeCaches
-    _in_flight: set[int]  # envs whose step was sent and not received yet
+    _in_flight: dict[int, float]  # envs whose step was sent and not received yet -> when it was sent
+    step_timeout: float | None  # seconds an env's step may stay in flight
     _episode_stats: np.ndarray  # return, length of each env's running episode
     _pending: dict[str, Any]
 
@@ -145,7 +148,29 @@ class PoolCollection(OffPolicyAlgorithm):
         self._buffer_actions[ids] = scaled
         actions = self.policy.unscale_action(scaled)
         self._pool_env().pool.send({i: actions[k] for k, i in enumerate(ids)})
-        self._in_flight.update(ids)
+        self._in_flight.update(dict.fromkeys(ids, time.monotonic()))
+
+    def _receive(self, pool: Any) -> Any:
+        """``pool.recv(min_ready)``, failing with :class:`StepTimeout` once an env's step, sent more than
+        ``step_timeout`` seconds ago, has still not finished (all envs stuck, or one stuck while the others go on)."""
+        min_ready = min(self.min_ready, len(self._in_flight))
+        if self.step_timeout is None:
+            return pool.recv(min_ready=min_ready)
+        oldest = min(self._in_flight, key=self._in_flight.__getitem__)
+        left = self._in_flight[oldest] + self.step_timeout - time.monotonic()
+        if left > 0:
+            with contextlib.suppress(TimeoutError):
+                return pool.recv(min_ready=min_ready, timeout=left)
+        with contextlib.suppress(TimeoutError):  # past its time: every result ready now, the oldest's among them?
+            result = pool.recv(min_ready=1, timeout=0.0)
+            if oldest in result[0]:
+                return result
+            self._in_flight = {i: sent for i, sent in self._in_flight.items() if i not in result[0]}
+        stuck = time.monotonic() - self._in_flight[oldest]
+        raise StepTimeout(
+            f"Env {oldest} of the AsyncEnvPool has been stuck in a step for {stuck:.0f} s (step_timeout="
+            f"{self.step_timeout:g} s)"
+        )
 
     def _store_transition_of(
         self, i: int, next_obs: np.ndarray, reward: float, terminated: bool, truncated: bool, info: dict[str, Any]
@@ -235,12 +260,13 @@ class PoolCollection(OffPolicyAlgorithm):
         callback.on_rollout_start()
         while should_collect_more_steps(train_freq, n_transitions, n_episodes):
             start = time.perf_counter()
-            new_obs, rewards, terminations, truncations, infos = pool.recv(min_ready=min(self.min_ready, len(self._in_flight)))
+            new_obs, rewards, terminations, truncations, infos = self._receive(pool)
             if isinstance(env, VecTransposeImage):  # the pool's envs are channel-last, the policy's space channel-first
                 new_obs, infos = _transposed(env, new_obs, infos)
             stats["recv_seconds"] += time.perf_counter() - start
             ids = list(new_obs)
-            self._in_flight.difference_update(ids)
+            for i in ids:
+                del self._in_flight[i]
             ended = [i for i in ids if terminations[i] or truncations[i]]
             check_finite_observations([new_obs[i] for i in ids], ids)
             check_finite_observations([infos[i][FINAL_OBS] for i in ended], ended)
