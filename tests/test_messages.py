@@ -4,6 +4,7 @@ import functools
 import warnings
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 from sb3_async import A3C, AEDDPG, ApeXDQN, AsyncEnvPool, AsyncNStepQ
@@ -57,3 +58,58 @@ def test_apex_warns_when_learn_ends_before_learning_starts():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ApeXDQN("MlpPolicy", "CartPole-v1", n_actors=1, learning_starts=100).learn(300)
+
+
+class WrongShapeEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (4,))
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return np.zeros(5, np.float32), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("n_workers", [0, 1])
+def test_an_observation_outside_its_space_is_named(n_workers):
+    pool = AsyncEnvPool([WrongShapeEnv] * 2, n_workers=n_workers)
+    try:
+        pool.reset(seed=0)
+        with pytest.raises(Exception, match=r"(?s)Env 0's value does not fit the space Box\(.*\(4,\).*got shape \(5,\)"):
+            pool.step({0: 0, 1: 0})
+    finally:
+        pool.close()
+
+
+def _damaged_copies(path, tmp_path):
+    """The model zip at ``path`` without its ``policy.pth``, and with bytes of ``policy.pth``'s data flipped."""
+    import zipfile
+
+    missing = tmp_path / "missing.zip"
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(missing, "w") as target:
+        for info in source.infolist():
+            if info.filename != "policy.pth":
+                target.writestr(info, source.read(info.filename))
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as source:
+        info = source.getinfo("policy.pth")
+    name_and_extra = int.from_bytes(raw[info.header_offset + 26 : info.header_offset + 28], "little") + int.from_bytes(
+        raw[info.header_offset + 28 : info.header_offset + 30], "little"
+    )
+    start = info.header_offset + 30 + name_and_extra + info.compress_size // 2
+    raw[start : start + 16] = bytes(255 - b for b in raw[start : start + 16])
+    corrupt = tmp_path / "corrupt.zip"
+    corrupt.write_bytes(bytes(raw))
+    return missing, corrupt
+
+
+def test_a_damaged_model_file_is_named(tmp_path):
+    path = tmp_path / "model.zip"
+    A3C("MlpPolicy", "CartPole-v1", n_workers=1).save(path)
+    missing, corrupt = _damaged_copies(path, tmp_path)
+    with pytest.raises(ValueError, match=r"missing\.zip.*no 'policy\.pth' entry"):
+        A3C.load(missing)
+    with pytest.raises(ValueError, match=r"corrupt\.zip.*(entry 'policy\.pth' is corrupt|not a complete model zip)"):
+        A3C.load(corrupt)
+    A3C.load(path)

@@ -20,6 +20,7 @@ import secrets
 import sys
 import warnings
 import zipfile
+import zlib
 from collections.abc import Iterator
 from typing import Any, ClassVar, TypeVar
 
@@ -277,10 +278,17 @@ def _read_data(path: Any) -> dict[str, Any]:
     start = path.tell() if isinstance(path, io.IOBase) else None
     try:
         with zipfile.ZipFile(path) as archive:
-            if "data" not in archive.namelist():
-                raise ValueError(f"Invalid model file {path!r}: not a complete model zip (no 'data' entry: truncated?)")
+            names = archive.namelist()
+            for entry in ("data", "policy.pth"):
+                if entry not in names:
+                    raise ValueError(
+                        f"Invalid model file {path!r}: not a complete model zip (no {entry!r} entry: truncated?)"
+                    )
+            corrupt = archive.testzip()  # every entry's checksum: a damaged file fails here, naming the entry
+            if corrupt is not None:
+                raise ValueError(f"Invalid model file {path!r}: its entry {corrupt!r} is corrupt (checksum mismatch)")
             data = json.loads(archive.read("data"))
-    except (zipfile.BadZipFile, EOFError, json.JSONDecodeError, zipfile.LargeZipFile) as error:
+    except (zipfile.BadZipFile, EOFError, json.JSONDecodeError, zipfile.LargeZipFile, zlib.error) as error:
         raise ValueError(f"Invalid model file {path!r}: not a complete model zip ({error})") from error
     finally:
         if start is not None:

@@ -62,6 +62,13 @@ def _anonymous_fd(size: int) -> int:
     return fd
 
 
+def _describe(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a dict with keys " + ", ".join(map(repr, value))
+    shape = np.shape(value) if not isinstance(value, (tuple, list)) or not value or np.ndim(value[0]) == 0 else None
+    return f"shape {shape}" if shape is not None else f"a {type(value).__name__}"
+
+
 class SpaceArrays:
     """``n_envs`` values of a space as arrays with one row per env (one array per Dict key or Tuple index).
 
@@ -77,11 +84,18 @@ class SpaceArrays:
 
     def write(self, index: int | Sequence[int] | slice, value: Any) -> None:
         """Write ``value`` into row ``index`` (or a batch of values into the rows ``index``)."""
-        if self._plain is not None:
-            self._plain[index] = value
-            return
-        for key, array in self.arrays.items():
-            array[index] = value[key]
+        try:
+            if self._plain is not None:
+                self._plain[index] = value
+                return
+            for key, array in self.arrays.items():
+                array[index] = value[key]
+        except (ValueError, TypeError, KeyError, IndexError) as error:
+            which = f"Env {index}'s value" if isinstance(index, (int, np.integer)) else "A value"
+            raise ValueError(
+                f"{which} does not fit the space {self.space}: got {_describe(value)}. An env must return values of its "
+                f"declared space ({type(error).__name__}: {error})"
+            ) from error
 
     def read(self, indices: int | Sequence[int] | slice | np.ndarray) -> Any:
         """A copy of the rows ``indices``, batched as SB3's VecEnvs batch them (a dict of arrays for a Dict space, a
