@@ -549,3 +549,25 @@ def test_pistonball_image_observations_match_the_raw_env():
         else:
             raise AssertionError("the episode did not end within max_cycles")
     raw.close()
+
+
+class StrangerEnv(RaceEnv):
+    """RaceEnv whose step 2 brings an agent that is not among its possible_agents."""
+
+    def step(self, actions):
+        result = super().step(actions)
+        if self.t == 2:
+            self.agents = [*self.agents, "stranger"]
+            result[0]["stranger"] = np.zeros(2, np.float32)
+        return result
+
+
+def test_an_agent_outside_possible_agents_is_named():
+    pool = AsyncEnvPool([StrangerEnv] * 1, n_workers=0)
+    try:
+        pool.reset(seed=0)
+        pool.step({i: 0 for i in pool.agents})
+        with pytest.raises(Exception, match=r"returned agent 'stranger', not among its possible_agents"):
+            pool.step({i: 0 for i in pool.agents})
+    finally:
+        pool.close()

@@ -281,9 +281,7 @@ def _read_data(path: Any) -> dict[str, Any]:
             names = archive.namelist()
             for entry in ("data", "policy.pth"):
                 if entry not in names:
-                    raise ValueError(
-                        f"Invalid model file {path!r}: not a complete model zip (no {entry!r} entry: truncated?)"
-                    )
+                    raise ValueError(f"Invalid model file {path!r}: not a complete model zip (no {entry!r} entry: truncated?)")
             corrupt = archive.testzip()  # every entry's checksum: a damaged file fails here, naming the entry
             if corrupt is not None:
                 raise ValueError(f"Invalid model file {path!r}: its entry {corrupt!r} is corrupt (checksum mismatch)")

@@ -142,6 +142,7 @@ class AgentSlots:
     def __init__(self, env: Any, agent_id: bool = False):
         self.env = as_parallel(env)
         self.names = list(self.env.possible_agents)
+        self._slot_of = {agent: k for k, agent in enumerate(self.names)}
         if not self.names:
             raise ValueError(f"Invalid env {env}: it has no possible_agents")
         self.agent_id = agent_id
@@ -200,7 +201,19 @@ class AgentSlots:
         observations, infos = self.env.reset(seed=seed, options=options)
         return self._start_episode(buffers, observations, infos)
 
+    def _check_agents(self, agents: Any, observations: dict) -> None:
+        """``ValueError`` if the env names an agent outside its ``possible_agents`` (it would have no slot)."""
+        known = self._slot_of
+        if all(agent in known for agent in agents) and all(agent in known for agent in observations):
+            return
+        unknown = sorted({repr(a) for a in (*agents, *observations) if a not in known})
+        raise ValueError(
+            f"Env {self.env} returned agent {', '.join(unknown)}, not among its possible_agents {self.names}: the pool "
+            "gives each possible agent a slot, so every agent an env has must be listed there"
+        )
+
     def _start_episode(self, buffers: SharedBuffers, observations: dict, infos: dict) -> dict[int, dict]:
+        self._check_agents(self.env.agents, observations)
         self.live = set(self.env.agents)
         self._returns[:] = 0.0
         self._lengths[:] = 0
@@ -224,6 +237,7 @@ class AgentSlots:
         read = buffers.actions.item
         actions = {agent: self._action(agent, read(i)) for agent, i in zip(names, slots) if agent in live}
         observations, rewards, terminations, truncations, infos = self.env.step(actions)
+        self._check_agents(self.env.agents, observations)
         remaining = set(self.env.agents)
         over = not remaining
         results = []  # per slot: (observation, reward, terminated, truncated, info)
