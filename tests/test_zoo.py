@@ -156,6 +156,10 @@ def test_resolve_worker_counts() -> None:
         zoo.resolve_worker_counts(16, 2, 2)
     with pytest.raises(ValueError, match="not a multiple of n_workers=3"):
         zoo.resolve_worker_counts(16, 3, None)
+    with pytest.raises(ValueError, match=r"Invalid n_workers=-3: expected an integer >= 1"):  # not "n_envs:-24"
+        zoo.resolve_worker_counts(16, -3, 8)
+    with pytest.raises(TypeError, match=r"Invalid n_envs_per_worker='2'"):
+        zoo.resolve_worker_counts(16, None, "2")
 
 
 def test_inconsistent_n_envs_fails_saying_what_to_pass(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from sb3_async.apex import ApeXDPG, ApeXDQN
 from sb3_async.async_q import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 from sb3_async.common.async_algorithm import AsyncAlgorithm
 from sb3_async.env_pool.vec_env import PoolVecEnv
+from sb3_async.validation import check_int
 from sb3_async.zoo import samplers
 from sb3_async.zoo.samplers import Converter, Sampler
 
@@ -57,11 +58,15 @@ def resolve_worker_counts(n_envs: int, n_workers: int | None, n_envs_per_worker:
 
     :raises ValueError: when the three do not fit together, saying what to pass
     """
+    for name, value in (("n_workers", n_workers), ("n_envs_per_worker", n_envs_per_worker)):
+        if value is not None:
+            check_int(name, value)  # a count >= 1, named, before any arithmetic with it
     if n_workers is None and n_envs_per_worker is None:
         return n_envs, 1
     if n_workers is None or n_envs_per_worker is None:
-        given_name, given = ("n_workers", n_workers) if n_envs_per_worker is None else ("n_envs_per_worker", n_envs_per_worker)
-        if not isinstance(given, int) or given < 1 or n_envs % given != 0:
+        given_name = "n_workers" if n_envs_per_worker is None else "n_envs_per_worker"
+        given = check_int(given_name, n_workers if n_envs_per_worker is None else n_envs_per_worker)
+        if n_envs % given != 0:
             raise ValueError(
                 f"n_envs={n_envs} is not a multiple of {given_name}={given!r}: n_envs is the total number of envs, "
                 "n_workers * n_envs_per_worker (pass -params n_envs:... with a multiple)"
