@@ -3,9 +3,11 @@ autoreset mode; gymnasium's vector wrappers on top; a CleanRL-style PPO loop on 
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import cloudpickle
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
@@ -232,3 +234,40 @@ def test_cleanrl_style_ppo_runs_on_the_view():
         assert episodes > 0
     finally:
         envs.close()
+
+
+def test_errors_are_also_gymnasiums_types():
+    """Code written for gymnasium's vector envs catches the view's errors (they keep the pool's types too)."""
+    from gymnasium.error import ClosedEnvironmentError
+
+    make = functools.partial(gym.make, "CartPole-v1")
+    vec = AsyncEnvPool([make] * 2, n_workers=0).as_gym_vector_env()
+    vec.reset(seed=0)
+    with pytest.raises(TypeError, match="Invalid actions"):
+        vec.step(np.zeros(3, dtype=np.int64))  # a batch of the wrong size
+    with pytest.raises(TypeError, match="reset_mask"):
+        vec.reset(options={"reset_mask": np.ones(2, dtype=np.int64)})
+    vec.close()
+    with pytest.raises(ClosedEnvironmentError):
+        vec.step(np.zeros(2, dtype=np.int64))
+    with pytest.raises(RuntimeError, match="has observation space"):
+        AsyncEnvPool([make, functools.partial(gym.make, "MountainCarContinuous-v0")], n_workers=0)
+
+
+def test_next_step_autoreset_ignores_the_resetting_envs_action():
+    """As SyncVectorEnv: the env that resets at this step ignores its action, even one outside the space."""
+    vec = AsyncEnvPool([functools.partial(gym.make, "CartPole-v1")] * 2, n_workers=0).as_gym_vector_env()
+    try:
+        vec.reset(seed=0)
+        for _ in range(500):
+            _, _, terminated, truncated, _ = vec.step(np.zeros(2, dtype=np.int64))
+            if (terminated | truncated).any():
+                break
+        ended = int(np.flatnonzero(terminated | truncated)[0])
+        actions = np.zeros(2, dtype=np.int64)
+        actions[ended] = 7  # outside Discrete(2): ignored at the reset step
+        vec.step(actions)
+        with pytest.raises(ValueError, match=rf"Invalid action .*7.* for env {ended}"):
+            vec.step(actions)  # now it is stepped: refused
+    finally:
+        vec.close()

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sb3_async.env_pool.core import EnvError, EnvPoolBase
+from sb3_async.env_pool.groups import PoolClosedError, SpacesDifferError
 from sb3_async.env_pool.pool import AsyncEnvPool
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS, EnvFactory
 from sb3_async.lazy import lazy_exports
@@ -41,8 +42,10 @@ __all__ = [
     "EnvError",
     "EnvFactory",
     "EnvPoolBase",
+    "PoolClosedError",
     "PoolVecEnv",
     "PoolVectorEnv",
+    "SpacesDifferError",
 ]
 
 

@@ -15,11 +15,21 @@ from typing import Any, Protocol
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.error import ClosedEnvironmentError
 
 from sb3_async.env_pool.buffers import SharedBuffers
 from sb3_async.runtime.processes import WorkerError
 
-__all__ = ["EnvError", "PoolGroups", "WorkerRespawned", "Workers"]
+__all__ = ["EnvError", "PoolClosedError", "SpacesDifferError", "PoolGroups", "WorkerRespawned", "Workers"]
+
+
+class PoolClosedError(RuntimeError, ClosedEnvironmentError):
+    """A closed pool was used: a ``RuntimeError``, and gymnasium's ``ClosedEnvironmentError`` as its vector envs raise."""
+
+
+class SpacesDifferError(ValueError, RuntimeError):
+    """The envs of a pool have different spaces: a ``ValueError``, and a ``RuntimeError`` as gymnasium's vector envs
+    raise."""
 
 
 class EnvError(RuntimeError):
@@ -135,9 +145,9 @@ class PoolGroups:
                 self._buffers = SharedBuffers(obs_space, act_space, self.n_envs)
                 self._buffers_list.append(self._buffers)
             elif obs_space != self._observation_space:
-                raise ValueError(f"Env {i} has observation space {obs_space}, env 0 has {self._observation_space}")
+                raise SpacesDifferError(f"Env {i} has observation space {obs_space}, env 0 has {self._observation_space}")
             elif act_space != self._action_space:
-                raise ValueError(f"Env {i} has action space {act_space}, env 0 has {self._action_space}")
+                raise SpacesDifferError(f"Env {i} has action space {act_space}, env 0 has {self._action_space}")
         return self._buffers
 
     def _agent_slots(self, w: int, reported: list[int]) -> None:
@@ -181,7 +191,7 @@ class PoolGroups:
     def check_open(self) -> None:
         """Raise if the pool is closed."""
         if self._closed:
-            raise RuntimeError("This AsyncEnvPool is closed")
+            raise PoolClosedError("This AsyncEnvPool is closed")
 
     # ---------------------------------------------------------------- ids
     def check_ids(self, ids: Iterable[Any], what: str) -> list[int]:

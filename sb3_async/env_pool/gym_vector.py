@@ -18,9 +18,18 @@ from gymnasium.vector.utils import batch_space
 from sb3_async.env_pool.core import EnvError, EnvPoolBase
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
 
-__all__ = ["PoolVectorEnv"]
+__all__ = ["InvalidActionsError", "InvalidOptionsError", "PoolVectorEnv"]
 
 _MODES = ", ".join(repr(mode.value) for mode in AutoresetMode)
+
+
+class InvalidActionsError(ValueError, TypeError):
+    """Actions that are not a batch of the action space: a ``ValueError`` (as the pool's other views raise) and a
+    ``TypeError`` (as gymnasium's vector envs raise for a batch of the wrong size or type)."""
+
+
+class InvalidOptionsError(ValueError, TypeError):
+    """An invalid ``reset_mask``: a ``ValueError``, and a ``TypeError`` as gymnasium's vector envs raise."""
 
 
 class PoolVectorEnv(VectorEnv):
@@ -76,7 +85,9 @@ class PoolVectorEnv(VectorEnv):
             options = dict(options)
             mask = options.pop("reset_mask")
             if not isinstance(mask, np.ndarray) or mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
-                raise ValueError(f"Invalid options['reset_mask']={mask!r}: expected a bool array of shape ({self.num_envs},)")
+                raise InvalidOptionsError(
+                    f"Invalid options['reset_mask']={mask!r}: expected a bool array of shape ({self.num_envs},)"
+                )
             if not mask.any():
                 raise ValueError("Invalid options['reset_mask']: no env to reset (at least one True expected)")
             ids = np.flatnonzero(mask).tolist()
@@ -170,14 +181,29 @@ class PoolVectorEnv(VectorEnv):
             else:
                 checked = structured = _leaf(space, actions, n)
         except (KeyError, TypeError, ValueError, IndexError) as error:
-            raise ValueError(f"Invalid actions {actions!r}: expected a batch of {self.action_space} ({error})") from None
+            raise InvalidActionsError(
+                f"Invalid actions {actions!r}: expected a batch of {self.action_space} ({error})"
+            ) from None
         if self.action_space.contains(structured):
             return checked
-        for i in self._all_ids:  # name the first bad one
-            self.pool.check_action(i, _row(space, structured, i))
-        raise ValueError(f"Invalid actions {actions!r}: not in {self.action_space}")
+        for i in self._all_ids:  # name the first bad one; an env that only resets at this step ignores its action
+            if i not in self._autoreset:
+                self.pool.check_action(i, _row(space, structured, i))
+        if self._autoreset:
+            return checked
+        raise InvalidActionsError(f"Invalid actions {actions!r}: not in {self.action_space}")
 
     # ---------------------------------------------------------------- the envs
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
+        """Each env's ``np_random_seed`` (``(seed, seed + 1, ...)`` after ``reset(seed=seed)``), as ``SyncVectorEnv``."""
+        return self.get_attr("np_random_seed")
+
+    @property  # type: ignore[misc]
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
+        """Each env's random generator, as ``SyncVectorEnv``."""
+        return self.get_attr("np_random")
+
     def render(self) -> tuple[Any, ...]:
         """Each env's ``render()``."""
         return tuple(self.pool.render())
