@@ -113,3 +113,8 @@ def test_a_damaged_model_file_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"corrupt\.zip.*(entry 'policy\.pth' is corrupt|not a complete model zip)"):
         A3C.load(corrupt)
     A3C.load(path)
+
+
+def test_a_replay_that_cannot_fit_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"Invalid buffer_size=1000000000000: its replay would need at least [\d,.]+ GiB"):
+        ApeXDQN("MlpPolicy", "CartPole-v1", n_actors=1, buffer_size=10**12)

@@ -32,7 +32,7 @@ from torch import nn
 
 from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transitions
 from sb3_async.common.async_algorithm import AsyncAlgorithm
-from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer
+from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer, check_replay_memory
 from sb3_async.common.observations import check_finite_observations, check_finite_rewards
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.save_util import AtomicReplaySaves, check_pickled_class, replay_file_errors
@@ -229,6 +229,8 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
         self._inserted = torch.zeros(0, dtype=torch.int64)
         self._reset_flow()
         super().__init__(policy, env, learning_rate, n_workers=n_actors, n_envs_per_worker=n_envs_per_actor, **kwargs)
+        if env is not None:  # the replay is built in learn(): refuse one that cannot fit now
+            check_replay_memory(self.buffer_size, self.observation_space, self.action_space)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         for theirs, ours in (("n_workers", "n_actors"), ("n_envs_per_worker", "n_envs_per_actor")):

@@ -430,3 +430,23 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def stats(self) -> dict[str, float]:
         """What ``ReplayStatsCallback`` logs: the largest priority and the tree's total priority mass."""
         return {"replay/max_priority": self.max_priority, "replay/priority_sum": self.tree.total}
+
+
+def check_replay_memory(buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space) -> None:
+    """``ValueError`` naming ``buffer_size`` when even the smallest storage of that many transitions (one new frame
+    per transition for stacked frames, one observation otherwise) exceeds this machine's memory (RAM and swap): such a
+    replay would fail with a ``MemoryError`` once built (Ape-X builds it in ``learn()``)."""
+    import psutil
+
+    obs_shape = observation_space.shape or (1,)
+    obs_bytes = int(np.prod(obs_shape)) * np.dtype(observation_space.dtype or np.float32).itemsize
+    if is_frame_space(observation_space):
+        obs_bytes //= max(1, int(obs_shape[0]))  # stacks share frames: one new frame per step
+    act_bytes = int(np.prod(action_space.shape or (1,))) * np.dtype(action_space.dtype or np.int64).itemsize
+    need = buffer_size * (obs_bytes + act_bytes + 8)  # + reward, done and priority at least
+    have = psutil.virtual_memory().total + psutil.swap_memory().total
+    if need > have:
+        raise ValueError(
+            f"Invalid buffer_size={buffer_size}: its replay would need at least {need / 2**30:,.1f} GiB of memory, and "
+            f"this machine has {have / 2**30:,.1f} GiB (RAM and swap)"
+        )
