@@ -88,6 +88,8 @@ def test_block_runs_as_written(block: Block, tmp_path: Path) -> None:
         # Stock SB3 at torch's default threads slows 20-30x when another process uses the cores (a test run beside
         # this one): one thread keeps the blocks' time a property of the block, not of the machine's load
         "OMP_NUM_THREADS": "1",
+        # a block's own `ray.init()` starts a Ray of its own, never joins one another run left on this machine
+        "RAY_ADDRESS": "local",
     }
     timeout = 300 if _RAY.search(block.code) else 120
     result = subprocess.run(

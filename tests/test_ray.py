@@ -4,10 +4,14 @@ real two-node Ray cluster on this machine (``ray.cluster_utils.Cluster``): worke
 statistics merged across nodes, A3C and ApeXDQN learning CartPole-v1 (the model returned scores >= 475), the user's
 Ray left running and no actor of ours left in it. Ray tests start clusters: run this file alone (``-m ray``)."""
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -276,6 +280,35 @@ def test_ctrl_c_or_an_exception_leaves_nothing_in_the_users_cluster(cluster, err
     with pytest.raises(error, match="raised in a callback"):
         model.learn(1_000_000, callback=OnSteps(at=500, action=interrupt))
     assert ray.is_initialized() and len(ray.nodes()) == 2 and _our_actors(ray) == []
+
+
+@pytest.mark.ray
+def test_a_stale_ray_address_file_does_not_stop_a_run():
+    """With no address given, a run starts a Ray of its own: it never joins (nor fails on) the cluster whose address
+    Ray's address file names, here one long gone, as a `ray start` that ended without `ray stop` leaves it. The file
+    lives in a Ray temp dir of this test's own (``RAY_TMPDIR``), so no other Ray on the machine sees it."""
+    pytest.importorskip("ray")
+    temp = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # short: Ray's socket paths live under it
+    try:
+        (temp / "ray").mkdir()
+        (temp / "ray" / "ray_current_cluster").write_text("127.0.0.1:9")  # nothing listens there
+        script = (
+            "from sb3_async import A3C\n"
+            "if __name__ == '__main__':\n"
+            "    model = A3C('MlpPolicy', 'CartPole-v1', n_workers=1, backend='ray')\n"
+            "    model.learn(300)\n"
+            "    print('steps', model.num_timesteps)\n"
+        )
+        env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+        env.update(
+            RAY_TMPDIR=str(temp),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parents[1]), env.get("PYTHONPATH")])),
+        )
+        result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert int(result.stdout.split("steps")[-1]) >= 300
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.mark.ray

@@ -3,7 +3,9 @@
 (:mod:`sb3_async.env_pool.ray_hosts`).
 
 Connecting (:func:`connect_ray`): a Ray already initialized in this process is used as it is and never shut down by us;
-else ``ray.init`` connects to ``address`` (or ``RAY_ADDRESS``), or starts a local Ray; either way we called ``ray.init``,
+else ``ray.init`` connects to ``address`` (or ``RAY_ADDRESS``), or starts a local Ray of the run's own (``address="local"``:
+never a cluster Ray would find by itself, such as the last ``ray start`` of this machine, whose address file may be
+stale); either way we called ``ray.init``,
 so :func:`release_ray` calls ``ray.shutdown()`` (which stops a local Ray, and only disconnects from a cluster). Our actors
 are named in the ``sb3_async`` namespace and owned by the driver: :func:`release_ray` kills them and waits until the
 cluster lists none (Ray also removes them if the driver dies). This module imports neither torch nor gymnasium.
@@ -45,18 +47,18 @@ def connect_ray(ray: Any, address: str | None, init_kwargs: dict[str, Any] | Non
     """Make sure this process is connected to Ray (the module docstring gives the rules).
 
     :param ray: the ``ray`` module
-    :param address: the cluster to connect to; default ``RAY_ADDRESS``, else a local Ray
+    :param address: the cluster to connect to (``"auto"``: the one ``ray start`` started on this machine); default
+        ``RAY_ADDRESS``, else a local Ray of this run's own
     :param init_kwargs: more ``ray.init`` arguments (a local Ray gets ``num_cpus`` and no dashboard unless given here)
     :param num_cpus: Ray CPUs the caller's actors ask for: a local Ray gets at least as many
     :return: whether we called ``ray.init`` (then :func:`release_ray` calls ``ray.shutdown()``)
     """
     if ray.is_initialized():
         return False  # the user's Ray: never shut down by us
-    address = address or os.environ.get("RAY_ADDRESS")
+    address = address or os.environ.get("RAY_ADDRESS") or "local"
     kwargs = dict(init_kwargs or {})
-    if address:
-        kwargs["address"] = address
-    else:
+    kwargs["address"] = address
+    if address == "local":
         kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, math.ceil(num_cpus)))
         kwargs.setdefault("include_dashboard", False)  # nothing listening that runs code (ShadowRay, DESIGN §5)
     kwargs.setdefault("log_to_driver", True)
