@@ -5,6 +5,11 @@ The main process writes actions and reads results; a worker process maps the sam
 worker's pipe) and writes the results of the envs it steps into their slots, so a step's data never goes through a
 pipe. Only a wake-up byte and the infos that are not empty do. A slot is written by one side at a time: the worker
 between a step's command and its reply, the main process otherwise.
+
+Observations of any gymnasium space: their array parts (Box, Discrete, MultiDiscrete, MultiBinary, in Dicts and
+Tuples at any depth) live in the mapping; their other parts (Text, Graph, Sequence, OneOf, custom spaces) travel
+pickled with the worker's reply, under the info key :data:`OBJECTS`. Actions must be array spaces, alone or in Dicts
+and Tuples.
 """
 
 from __future__ import annotations
@@ -12,42 +17,73 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["FINAL_INFO", "FINAL_OBS", "SharedBuffers", "SpaceArrays", "space_leaves"]
+__all__ = ["FINAL_INFO", "FINAL_OBS", "OBJECTS", "SharedBuffers", "SpaceArrays", "space_leaves"]
 
 #: Keys the same-step autoreset adds to an ended env's info (gymnasium 1.x's names for its same-step vector mode):
 #: the env workers write them, the views read them.
 FINAL_OBS, FINAL_INFO = "final_obs", "final_info"
 
-#: The spaces whose values are one fixed-shape array, the leaves of the Dict and Tuple spaces the pool supports.
-_FLAT_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+#: The spaces whose values are one fixed-shape array: they live in the shared buffers. Any other space (Text, Graph,
+#: Sequence, OneOf, a custom ``Space``) is an *object leaf*, whose values travel pickled (:class:`SpaceArrays`).
+_ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+#: The info key under which a worker process sends the values of the object leaves its envs' observations took
+OBJECTS = "_sb3_async_objects"
+
+#: Where a leaf sits in a value: the Dict keys and Tuple indices from the top (``()``: the value itself)
+Path = tuple[Any, ...]
+#: A node of a space's layout: ``("array", path)``, ``("object", path)``, ``("dict", ((key, node), ...))`` or
+#: ``("tuple", (node, ...))``
+Node = tuple[str, Any]
 
 
-def space_leaves(space: spaces.Space, what: str) -> list[tuple[Any, tuple[int, ...], np.dtype]]:
-    """``(key, shape, dtype)`` of each array of a value of ``space``: ``key`` None for a plain space, the Dict key or
-    the Tuple index otherwise (the spaces SB3's VecEnvs support).
+def _layout(space: spaces.Space, path: Path = ()) -> Node:
+    if isinstance(space, spaces.Dict):
+        return "dict", tuple((key, _layout(sub, (*path, key))) for key, sub in space.spaces.items())
+    if isinstance(space, spaces.Tuple):
+        return "tuple", tuple(_layout(sub, (*path, k)) for k, sub in enumerate(space.spaces))
+    return ("array" if isinstance(space, _ARRAY_SPACES) else "object"), path
+
+
+def _leaves(node: Node, kind: str) -> list[Path]:
+    """The paths of the leaves of ``kind`` ("array" or "object") under ``node``, in order."""
+    if node[0] == "dict":
+        return [path for _, child in node[1] for path in _leaves(child, kind)]
+    if node[0] == "tuple":
+        return [path for child in node[1] for path in _leaves(child, kind)]
+    return [node[1]] if node[0] == kind else []
+
+
+def _subspace(space: spaces.Space, path: Path) -> spaces.Space:
+    for key in path:
+        space = space[key]  # type: ignore[index]  # a Dict or Tuple: the layout walked it
+    return space
+
+
+def space_leaves(space: spaces.Space, what: str, objects: bool = True) -> list[tuple[Path, tuple[int, ...], np.dtype]]:
+    """``(path, shape, dtype)`` of each array of a value of ``space``: its Box, Discrete, MultiDiscrete and
+    MultiBinary parts, in Dicts and Tuples at any depth (``path``: the keys and indices that lead to it, ``()`` for a
+    plain space).
 
     :param what: what the space is of ("observations", "actions"), for the error message
+    :param objects: whether other parts (object leaves) are allowed; if not, one raises ``TypeError``
     """
-    if isinstance(space, spaces.Dict):
-        items: Iterable[tuple[Any, spaces.Space]] = space.spaces.items()
-    elif isinstance(space, spaces.Tuple):
-        items = enumerate(space.spaces)
-    else:
-        items = [(None, space)]
+    layout = _layout(space)
+    if not objects and _leaves(layout, "object"):
+        raise TypeError(
+            f"AsyncEnvPool supports Box, Discrete, MultiDiscrete and MultiBinary {what}, alone or in Dicts and Tuples; "
+            f"got {_subspace(space, _leaves(layout, 'object')[0])} in {space}"
+        )
     leaves = []
-    for key, sub in items:
-        if not isinstance(sub, _FLAT_SPACES):
-            raise TypeError(
-                f"AsyncEnvPool supports Box, Discrete, MultiDiscrete and MultiBinary {what} (alone or in a Dict or Tuple),"
-                f" as SB3's VecEnvs do; got {sub}"
-            )
-        leaves.append((key, tuple(sub.shape or ()), np.dtype(sub.dtype)))
+    for path in _leaves(layout, "array"):
+        sub = _subspace(space, path)
+        leaves.append((path, tuple(sub.shape or ()), np.dtype(sub.dtype)))
     return leaves
 
 
@@ -70,15 +106,27 @@ def _describe(value: Any) -> str:
 
 
 class SpaceArrays:
-    """``n_envs`` values of a space as arrays with one row per env (one array per Dict key or Tuple index).
+    """``n_envs`` values of a space: the arrays of its array leaves with one row per env, and a Python list per object
+    leaf (Text, Graph, Sequence, OneOf, custom spaces). Batches are gymnasium's (``batch_space``): a dict for a Dict,
+    a tuple for a Tuple, an array per array leaf, a tuple of values per object leaf.
+
+    The arrays are shared with the worker processes; the object leaves are not. A worker's buffers record the object
+    values its envs write (``track_objects``), which it sends with its reply (:meth:`take_objects`), and the pool puts
+    them into its own (:meth:`put_objects`).
 
     :param space: the space of one value
-    :param arrays: the arrays, keyed as :func:`space_leaves` keys them
+    :param arrays: the arrays, keyed by the paths of :func:`space_leaves`
+    :param n_envs: number of rows
+    :param track_objects: whether to record the object values written, for :meth:`take_objects`
     """
 
-    def __init__(self, space: spaces.Space, arrays: dict[Any, np.ndarray]):
-        self.space, self.arrays = space, arrays
-        self._plain = arrays.get(None) if len(arrays) == 1 else None
+    def __init__(self, space: spaces.Space, arrays: dict[Path, np.ndarray], n_envs: int, track_objects: bool = False):
+        self.space, self.arrays, self.n_envs = space, arrays, n_envs
+        self._layout = _layout(space)
+        #: The values of each object leaf, one per env (None until an env wrote one)
+        self.objects: dict[Path, list[Any]] = {path: [None] * n_envs for path in _leaves(self._layout, "object")}
+        self._written: dict[int, dict[Path, Any]] | None = {} if track_objects and self.objects else None
+        self._plain = arrays[()] if self._layout == ("array", ()) else None
         # A Box value is a view into the buffer: its reader gets a copy (the slot is written again at the next step)
         self._copy_item = self._plain is not None and self._plain.ndim > 1
 
@@ -87,9 +135,11 @@ class SpaceArrays:
         try:
             if self._plain is not None:
                 self._plain[index] = value
-                return
-            for key, array in self.arrays.items():
-                array[index] = value[key]
+            elif isinstance(index, (int, np.integer)):
+                self._write_one(self._layout, int(index), value)
+            else:
+                rows = range(self.n_envs)[index] if isinstance(index, slice) else np.asarray(index).tolist()
+                self._write_rows(self._layout, index, rows, value)
         except (ValueError, TypeError, KeyError, IndexError) as error:
             which = f"Env {index}'s value" if isinstance(index, (int, np.integer)) else "A value"
             raise ValueError(
@@ -97,32 +147,122 @@ class SpaceArrays:
                 f"declared space ({type(error).__name__}: {error})"
             ) from error
 
+    def _write_one(self, node: Node, i: int, value: Any) -> None:
+        kind, content = node
+        if kind == "array":
+            self.arrays[content][i] = value
+        elif kind == "object":
+            self.objects[content][i] = value
+            if self._written is not None:
+                self._written.setdefault(i, {})[content] = value
+        elif kind == "dict":
+            for key, child in content:
+                self._write_one(child, i, value[key])
+        else:
+            for k, child in enumerate(content):
+                self._write_one(child, i, value[k])
+
+    def _write_rows(self, node: Node, index: Any, rows: Sequence[int], batch: Any) -> None:
+        kind, content = node
+        if kind == "array":
+            self.arrays[content][index] = batch
+        elif kind == "object":
+            if len(batch) != len(rows):
+                raise ValueError(f"{len(batch)} values for {len(rows)} envs")
+            for i, value in zip(rows, batch):
+                self._write_one(node, i, value)
+        elif kind == "dict":
+            for key, child in content:
+                self._write_rows(child, index, rows, batch[key])
+        else:
+            for k, child in enumerate(content):
+                self._write_rows(child, index, rows, batch[k])
+
     def read(self, indices: int | Sequence[int] | slice | np.ndarray) -> Any:
-        """A copy of the rows ``indices``, batched as SB3's VecEnvs batch them (a dict of arrays for a Dict space, a
-        tuple of arrays for a Tuple space)."""
+        """A copy of the rows ``indices`` as a batch (gymnasium's and SB3's for the spaces SB3 supports: a dict of
+        arrays for a Dict space, a tuple of arrays for a Tuple space); one value for an int."""
         if self._plain is not None:  # one array (at every step: the short way)
             return self._plain[indices].copy() if isinstance(indices, (int, slice)) else self._plain[indices]
-        if isinstance(indices, (int, slice)):  # views: copy them
-            arrays = {key: array[indices].copy() for key, array in self.arrays.items()}
-        else:  # fancy indexing copies already
-            arrays = {key: array[indices] for key, array in self.arrays.items()}
-        return self._batch(arrays)
+        if isinstance(indices, (int, np.integer)):
+            return self.item(int(indices))
+        rows = range(self.n_envs)[indices] if isinstance(indices, slice) else np.asarray(indices).tolist()
+        return self._read(self._layout, indices, rows)
+
+    def _read(self, node: Node, indices: Any, rows: Sequence[int]) -> Any:
+        kind, content = node
+        if kind == "array":  # a slice gives a view: copy it (fancy indexing copies already)
+            return self.arrays[content][indices].copy() if isinstance(indices, slice) else self.arrays[content][indices]
+        if kind == "object":
+            values = self.objects[content]
+            return tuple(values[i] for i in rows)
+        if kind == "dict":
+            return {key: self._read(child, indices, rows) for key, child in content}
+        return tuple(self._read(child, indices, rows) for child in content)
 
     def item(self, i: int) -> Any:
-        """Row ``i`` as one value of the space (a copy: the row is rewritten later)."""
+        """Row ``i`` as one value of the space (a copy of the arrays: the row is rewritten later)."""
         if self._plain is not None:
             return self._plain[i].copy() if self._copy_item else self._plain[i]
-        values = {key: array[i].copy() for key, array in self.arrays.items()}
-        if isinstance(self.space, spaces.Dict):
-            return values
-        return tuple(values.values())
+        return self._item(self._layout, i)
 
-    def _batch(self, arrays: dict[Any, np.ndarray]) -> Any:
-        if isinstance(self.space, spaces.Dict):
-            return arrays
-        if isinstance(self.space, spaces.Tuple):
-            return tuple(arrays.values())
-        return arrays[None]
+    def _item(self, node: Node, i: int) -> Any:
+        kind, content = node
+        if kind == "array":
+            return self.arrays[content][i].copy()
+        if kind == "object":
+            return self.objects[content][i]
+        if kind == "dict":
+            return {key: self._item(child, i) for key, child in content}
+        return tuple(self._item(child, i) for child in content)
+
+    def row(self, batch: Any, k: int) -> Any:
+        """Value ``k`` of a batch that :meth:`read` returned."""
+        if self._plain is not None:
+            return batch[k]
+        return _row(self._layout, batch, k)
+
+    def with_row(self, batch: Any, k: int, value: Any) -> Any:
+        """``batch`` (from :meth:`read`) with value ``k`` replaced by ``value``: the same arrays and dicts, written
+        in place, and new tuples."""
+        if self._plain is not None:
+            batch[k] = value
+            return batch
+        return _with_row(self._layout, batch, k, value)
+
+    def take_objects(self) -> dict[int, dict[Path, Any]]:
+        """The object values written since the last call, per env (``track_objects``): what a worker sends."""
+        if not self._written:
+            return {}
+        written, self._written = self._written, {}
+        return written
+
+    def put_objects(self, i: int, values: dict[Path, Any]) -> None:
+        """Store env ``i``'s object values that its worker sent (:meth:`take_objects`)."""
+        for path, value in values.items():
+            self.objects[path][i] = value
+
+
+def _row(node: Node, batch: Any, k: int) -> Any:
+    kind, content = node
+    if kind in ("array", "object"):
+        return batch[k]
+    if kind == "dict":
+        return {key: _row(child, batch[key], k) for key, child in content}
+    return tuple(_row(child, batch[j], k) for j, child in enumerate(content))
+
+
+def _with_row(node: Node, batch: Any, k: int, value: Any) -> Any:
+    kind, content = node
+    if kind == "array":
+        batch[k] = value
+        return batch
+    if kind == "object":
+        return (*batch[:k], value, *batch[k + 1 :])
+    if kind == "dict":
+        for key, child in content:
+            batch[key] = _with_row(child, batch[key], k, value[key])
+        return batch
+    return tuple(_with_row(child, batch[j], k, value[j]) for j, child in enumerate(content))
 
 
 class SharedBuffers:
@@ -132,13 +272,22 @@ class SharedBuffers:
     :param action_space: the action space of one env
     :param n_envs: number of envs (rows)
     :param fd: an existing mapping's file descriptor (in a worker); None creates one
+    :param track_objects: record the values of the observations' object leaves that the envs write, for the worker
+        process to send them (:meth:`SpaceArrays.take_objects`)
     """
 
-    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, n_envs: int, fd: int | None = None):
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        n_envs: int,
+        fd: int | None = None,
+        track_objects: bool = False,
+    ):
         self.n_envs = n_envs
         fields: dict[str, list[tuple[Any, tuple[int, ...], np.dtype]]] = {
             "obs": space_leaves(observation_space, "observations"),
-            "actions": space_leaves(action_space, "actions"),
+            "actions": space_leaves(action_space, "actions", objects=False),
             "scalars": [
                 ("rewards", (), np.dtype(np.float64)),
                 ("terminated", (), np.dtype(np.bool_)),
@@ -163,8 +312,8 @@ class SharedBuffers:
                 for (key, shape, dtype), offset in zip(fields[name], offsets[name])
             }
 
-        self.obs = SpaceArrays(observation_space, arrays("obs"))
-        self.actions = SpaceArrays(action_space, arrays("actions"))
+        self.obs = SpaceArrays(observation_space, arrays("obs"), n_envs, track_objects)
+        self.actions = SpaceArrays(action_space, arrays("actions"), n_envs)
         scalars = arrays("scalars")
         self.rewards, self.terminated, self.truncated = scalars["rewards"], scalars["terminated"], scalars["truncated"]
         #: ``(rewards, terminated, truncated)``, in that order

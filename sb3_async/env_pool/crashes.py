@@ -11,6 +11,7 @@ from typing import Any
 
 import cloudpickle
 
+from sb3_async.env_pool.buffers import OBJECTS
 from sb3_async.env_pool.groups import PoolGroups, WorkerRespawned
 from sb3_async.runtime.processes import WorkerError
 
@@ -40,7 +41,16 @@ class WorkerCrashes(PoolGroups):
             self._worker_died(w, data)
         elif kind == "died":
             self._worker_died(w, None, lost=data)
+        elif kind in ("step", "reset") and self._buffers_list and self._buffers.obs.objects:
+            self._put_objects(data[0])
         return kind, data
+
+    def _put_objects(self, infos: dict[int, dict]) -> None:
+        """Store the values of the observations' object leaves that a worker process sent with its infos (and remove
+        them from the infos)."""
+        for i, info in infos.items():
+            if OBJECTS in info:
+                self._buffers.obs.put_objects(i, info.pop(OBJECTS))
 
     def _worker_died(self, w: int, worker_traceback: str | None, lost: str | None = None) -> None:
         """Worker ``w`` raised (``worker_traceback``) or died (a Ray host: ``lost`` says how): respawn it

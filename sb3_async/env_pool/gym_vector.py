@@ -151,7 +151,7 @@ class PoolVectorEnv(VectorEnv):
             if self.autoreset_mode == AutoresetMode.SAME_STEP:
                 env_infos.append({FINAL_OBS: info[FINAL_OBS], FINAL_INFO: info[FINAL_INFO], **reset_info})
             else:  # NEXT_STEP: this step returns the last observation, the next one the reset's
-                _set_row(self.single_observation_space, obs, i, info[FINAL_OBS])
+                obs = buffers.obs.with_row(obs, i, info[FINAL_OBS])
                 final_info = dict(info[FINAL_INFO])
                 if "error" in reset_info:  # on_error="restart": the error belongs to the step that ended the episode
                     final_info["error"] = reset_info.pop("error")
@@ -255,15 +255,3 @@ def _row(space: spaces.Space, batch: Any, i: int) -> Any:
     if isinstance(space, spaces.Tuple):
         return tuple(part[i] for part in batch)
     return batch[i]
-
-
-def _set_row(space: spaces.Space, batch: Any, i: int, value: Any) -> None:
-    """Write one env's observation ``value`` into row ``i`` of a batch."""
-    if isinstance(space, spaces.Dict):
-        for key in space.spaces:
-            batch[key][i] = value[key]
-    elif isinstance(space, spaces.Tuple):
-        for k, part in enumerate(batch):
-            part[i] = value[k]
-    else:
-        batch[i] = value

@@ -40,7 +40,7 @@ class RemoteCalls(StepBookkeeping):
         infos = self.reset_envs(seed, options, ids)
         reset_ids = sorted(infos)
         observations = self._buffers.obs.read(reset_ids)
-        return {i: self._item(observations, k) for k, i in enumerate(reset_ids)}, {i: infos[i] for i in reset_ids}
+        return {i: self._buffers.obs.row(observations, k) for k, i in enumerate(reset_ids)}, {i: infos[i] for i in reset_ids}
 
     def reset_envs(
         self,

@@ -58,8 +58,13 @@ class StepBookkeeping(WorkerCrashes):
             raise ValueError(f"actions must be a non-empty dict {{env id: action}}, got {actions!r}")
         ids = self.check_ids(actions, "actions")
         checked = [self.check_action(i, actions[i]) for i in ids]
-        self.check_whole_copies(ids, "actions")
         self._check_sendable(ids)
+        if self.autoreset or self.agents_per_env == 1:
+            self.check_whole_copies(ids, "actions")
+        else:  # a multi-agent copy steps with the actions of its live slots: those that ended are out until its reset
+            n, live = self.agents_per_env, set(self.agents)
+            ended = [j for c in {i // n for i in ids} for j in range(c * n, c * n + n) if j not in live]
+            self.check_whole_copies([*ids, *ended], "actions")
         write = self._buffers.actions.write
         for i, action in zip(ids, checked):
             write(i, action)
@@ -74,7 +79,11 @@ class StepBookkeeping(WorkerCrashes):
         if not self.autoreset:
             for i in ids:
                 if i not in self.agents:
-                    raise ValueError(f"Env {i} has ended (terminated or truncated) and autoreset=False: reset() it first")
+                    n = self.agents_per_env
+                    copy = "" if n == 1 else f" (with every slot of its env copy, {i // n * n}..{i // n * n + n - 1})"
+                    raise ValueError(
+                        f"Env {i} has ended (terminated or truncated) and autoreset=False: reset() it first{copy}"
+                    )
 
     def send_all(self, actions: Any) -> None:
         """Start a step of every env with ``actions`` (a batch, checked by the caller), as a ``VecEnv`` does.
@@ -217,7 +226,7 @@ class StepBookkeeping(WorkerCrashes):
         rewards, terminated, truncated = buffers.rewards[ids].tolist(), buffers.terminated[ids], buffers.truncated[ids]
         obs, infos = {}, {}
         for k, (i, info) in enumerate(taken):
-            obs[i], infos[i] = self._item(observations, k), info
+            obs[i], infos[i] = self._buffers.obs.row(observations, k), info
         return (
             obs,
             dict(zip(ids, rewards)),
@@ -236,11 +245,3 @@ class StepBookkeeping(WorkerCrashes):
             self._ready.pop(i, None)
             self._errors.pop(i, None)
             self._in_flight.pop(i, None)
-
-    @staticmethod
-    def _item(observations: Any, k: int) -> Any:
-        if isinstance(observations, dict):
-            return {key: value[k] for key, value in observations.items()}
-        if isinstance(observations, tuple):
-            return tuple(value[k] for value in observations)
-        return observations[k]

@@ -67,6 +67,7 @@ class PoolVecEnv(VecEnv):
             raise TypeError(f"pool must be an AsyncEnvPool or a list of env factories, got {type(pool).__name__}")
         if not pool.autoreset:
             raise ValueError("as_vec_env() needs an AsyncEnvPool with autoreset=True (SB3's VecEnv semantics)")
+        _check_sb3_space(pool.observation_space(0))
         self.pool = pool
         super().__init__(pool.n_envs, pool.observation_space(0), pool.action_space(0))
         self._all_ids = list(range(self.num_envs))
@@ -238,3 +239,22 @@ def _batched(space: spaces.Space, actions: Sequence[Any]) -> Any:
     raise TypeError(
         f"AsyncEnvPool's VecEnv supports Box, Discrete, MultiDiscrete, MultiBinary, Dict and Tuple actions: {space}"
     )
+
+
+def _check_sb3_space(space: spaces.Space) -> None:
+    """``TypeError`` unless SB3's VecEnvs take observations of ``space``: an array space (Box, Discrete, MultiDiscrete,
+    MultiBinary), alone or in one Dict or Tuple."""
+    parts = (
+        list(space.spaces.values())
+        if isinstance(space, spaces.Dict)
+        else list(space)
+        if isinstance(space, spaces.Tuple)
+        else [space]
+    )
+    for part in parts:
+        if not isinstance(part, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+            raise TypeError(
+                f"SB3's VecEnvs take Box, Discrete, MultiDiscrete and MultiBinary observations, alone or in one Dict or "
+                f"Tuple; this pool's envs observe {space}. Use the pool itself, or its gymnasium view "
+                f"(pool.as_gym_vector_env()), which take every space"
+            )

@@ -28,7 +28,7 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 
-from sb3_async.env_pool.buffers import FINAL_INFO, FINAL_OBS, SharedBuffers
+from sb3_async.env_pool.buffers import FINAL_INFO, FINAL_OBS, OBJECTS, SharedBuffers
 from sb3_async.env_pool.info_codec import InfoPacker
 from sb3_async.env_pool.multi_agent import AgentSlots, as_agent_slots
 from sb3_async.runtime.processes import report_and_exit, watch_parent
@@ -302,16 +302,34 @@ class EnvWorker:
         return values, errors
 
 
+def dumps(reply: Any) -> bytes:
+    """A reply to the pool, pickled: with pickle (fast), or with cloudpickle when it holds what pickle cannot send, such
+    as an object of a class defined in the user's ``__main__`` (a custom space, its values, an info)."""
+    try:
+        return pickle.dumps(reply, pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return cloudpickle.dumps(reply)
+
+
 def _serve(worker: EnvWorker, conn: Connection) -> None:
     """Answer the pool's commands until it says ``close``."""
     receive, reply = conn.recv_bytes, conn.send_bytes
     every_id = worker.ids
     packer = InfoPacker()
+    assert worker.buffers is not None
+    objects = worker.buffers.obs.objects  # the observations' parts that are not arrays: they go with the infos
+
+    def with_objects(result: tuple[dict[int, dict], dict[int, str]]) -> tuple[dict[int, dict], dict[int, str]]:
+        infos, errors = result
+        for i, values in worker.buffers.obs.take_objects().items():  # type: ignore[union-attr]
+            infos[i] = {**infos.get(i, {}), OBJECTS: values}
+        return infos, errors
+
     while True:
         message = receive()
         if message[:1] == STEP:
             ids = every_id if len(message) == 1 else np.frombuffer(message, dtype=np.int32, offset=1).tolist()
-            infos, errors = worker.step(ids)
+            infos, errors = with_objects(worker.step(ids)) if objects else worker.step(ids)
             if not infos and not errors:
                 reply(b"")
                 continue
@@ -319,18 +337,18 @@ def _serve(worker: EnvWorker, conn: Connection) -> None:
             if isinstance(packed, bytes):
                 reply(packed)
             elif packed is None:
-                reply(pickle.dumps(("step", (infos, errors)), pickle.HIGHEST_PROTOCOL))
+                reply(dumps(("step", (infos, errors))))
             else:  # a new schema: announced with this step's infos
-                reply(pickle.dumps(("schema", (packed, infos)), pickle.HIGHEST_PROTOCOL))
+                reply(dumps(("schema", (packed, infos))))
             continue
         command, data = pickle.loads(message)
         if command == "step":  # with envs to report restarted
             ids, restarts = data
-            conn.send(("step", worker.step(every_id if ids is None else ids, restarts)))
+            reply(dumps(("step", with_objects(worker.step(every_id if ids is None else ids, restarts)))))
         elif command == "reset":
-            conn.send(("reset", worker.reset(data)))
+            reply(dumps(("reset", with_objects(worker.reset(data)))))
         elif command == "call":
-            conn.send(("call", worker.call(*data)))
+            reply(dumps(("call", worker.call(*data))))
         elif command == "close":
             worker.close()
             conn.send(("closed", None))
@@ -351,10 +369,10 @@ def env_worker_main(
     watch_parent(parent_pid)
     try:
         worker = EnvWorker(ids, cloudpickle.loads(factories_blob), autoreset, on_error)
-        conn.send(("spaces", worker.spaces))
+        conn.send_bytes(dumps(("spaces", worker.spaces)))
         fd = reduction.recv_handle(conn)
         env = worker.envs[worker.ids[0]]
-        worker.buffers = SharedBuffers(env.observation_space, env.action_space, conn.recv(), fd)
+        worker.buffers = SharedBuffers(env.observation_space, env.action_space, conn.recv(), fd, track_objects=True)
         _serve(worker, conn)
     except (EOFError, OSError, KeyboardInterrupt):
         pass  # the main process is gone or closed the pipe: nothing to report to
