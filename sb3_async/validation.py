@@ -19,12 +19,14 @@ __all__ = ["BACKENDS", "check_backend", "check_float", "check_int", "check_nonne
 BACKENDS = ("mp", "ray")
 
 
-def check_int(name: str, value: Any, minimum: int = 1) -> int:
-    """``value`` as an int >= ``minimum``: ``TypeError`` if it is not an integer, ``ValueError`` if it is smaller."""
+def check_int(name: str, value: Any, minimum: int = 1, maximum: int | None = None, why: str = "") -> int:
+    """``value`` as an int >= ``minimum`` (and <= ``maximum``, if given): ``TypeError`` if it is not an integer,
+    ``ValueError`` if it is out of range (the message ends with ``why``, when given)."""
+    expected = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"Invalid {name}={value!r}: expected an integer >= {minimum}")
-    if value < minimum:
-        raise ValueError(f"Invalid {name}={value!r}: expected an integer >= {minimum}")
+        raise TypeError(f"Invalid {name}={value!r}: expected {expected}")
+    if value < minimum or (maximum is not None and value > maximum):
+        raise ValueError(f"Invalid {name}={value!r}: expected {expected}" + (f" ({why})" if why else ""))
     return int(value)
 
 

@@ -27,6 +27,15 @@ def test_apex_names_its_worker_arguments():
     assert (model.n_actors, model.n_envs_per_actor) == (1, 3)
 
 
+def test_a_million_envs_per_worker_is_refused_at_construction():
+    """Building them would take minutes and gigabytes before any step; the error names the argument, also on load."""
+    with pytest.raises(ValueError, match=r"Invalid n_envs_per_worker=1000000: expected an integer in \[1, 4096\]"):
+        A3C("MlpPolicy", "CartPole-v1", n_workers=1, n_envs_per_worker=10**6)
+    with pytest.raises(ValueError, match=r"Invalid n_envs_per_actor=1000000: .*use more workers"):
+        ApeXDQN("MlpPolicy", "CartPole-v1", n_actors=1, n_envs_per_actor=10**6)
+    assert A3C("MlpPolicy", "CartPole-v1", n_workers=1, n_envs_per_worker=4096).n_envs_per_worker == 4096
+
+
 def test_a_refused_action_space_names_the_algorithms_that_take_it():
     with pytest.raises(ValueError, match=r"got Box\(.*\(for Box actions: A3C, ApeXDPG or AEDDPG\)"):
         AsyncNStepQ("MlpPolicy", "Pendulum-v1", n_workers=1)

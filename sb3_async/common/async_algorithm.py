@@ -65,6 +65,16 @@ def max_local_workers() -> int:
     return max(MIN_WORKER_BOUND, MAX_WORKERS_PER_CPU * usable_cpus())
 
 
+#: Env copies one worker steps at most: each is a Python object stepped after the others, and building a million of
+#: them takes minutes and gigabytes before the first step. More envs go to more workers (or to Ray's nodes).
+MAX_ENVS_PER_WORKER = 4096
+
+
+def check_envs_per_worker(name: str, value: Any) -> int:
+    """``value`` as a count of env copies per worker in [1, :data:`MAX_ENVS_PER_WORKER`], errors naming ``name``."""
+    return check_int(name, value, 1, MAX_ENVS_PER_WORKER, "envs in one worker are stepped one after another: use more workers")
+
+
 def check_learning_rate(value: Any) -> float | Schedule:
     if callable(value):
         return value
@@ -156,7 +166,7 @@ class AsyncAlgorithm(WorkerSupervision, SharedNormalization, AtomicSaves):
         self.pause_for_eval = pause_for_eval
         check_backend(backend, backend_kwargs)
         self.n_workers = self._check_n_workers((os.cpu_count() or 1) if n_workers is None else n_workers, backend)
-        self.n_envs_per_worker = check_int(self.envs_argument, n_envs_per_worker)
+        self.n_envs_per_worker = check_envs_per_worker(self.envs_argument, n_envs_per_worker)
         if start_method not in START_METHODS:
             raise ValueError(f"Invalid start_method={start_method!r}: expected one of {', '.join(START_METHODS)}")
         self.backend, self.start_method = backend, start_method
@@ -235,7 +245,7 @@ class AsyncAlgorithm(WorkerSupervision, SharedNormalization, AtomicSaves):
         copies = options.get(self.envs_argument, options.get("n_envs_per_worker"))
         if copies is not None:
             agents = self._env_recipe.agents_per_env if self._env_recipe is not None else 1
-            self.n_envs_per_worker = check_int(self.envs_argument, copies) * agents
+            self.n_envs_per_worker = check_envs_per_worker(self.envs_argument, copies) * agents
         self._use_worker_view()
 
     @property
