@@ -13,7 +13,7 @@ from pettingzoo import AECEnv, ParallelEnv  # noqa: E402
 from pettingzoo.utils.conversions import parallel_to_aec  # noqa: E402
 
 from sb3_async import WorkerError  # noqa: E402
-from sb3_async.env_pool import AsyncEnvPool  # noqa: E402
+from sb3_async.env_pool import AsyncEnvPool, EnvError  # noqa: E402
 
 # The envs below travel to the workers by value, so the workers never import this module (nor torch through it).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -165,6 +165,93 @@ def test_the_pool_dialect_steps_whole_copies():
         np.testing.assert_array_equal(obs[0], [0, 0])
 
 
+def test_autoreset_off_follows_pettingzoo_per_slot():
+    """autoreset=False: agent 0 terminates at step 2, agent 2 at step 3, agent 1 is truncated at step 4. Each slot
+    leaves ``agents`` after the step that ends it (which still returns it, with its last observation), stepping it
+    raises, its copy steps on with its live slots only (no padding), and the copy is not reset until ``reset`` of all
+    its slots."""
+    with AsyncEnvPool(race(lifetimes=(2, None, 3)), n_envs=2, n_workers=1, local_envs=1, autoreset=False) as pool:
+        with pytest.raises(ValueError, match="needs an AsyncEnvPool with autoreset=True"):
+            pool.as_vec_env()
+        obs, infos = pool.reset(seed=0)
+        assert pool.agents == list(range(6)) and sorted(obs) == sorted(infos) == list(range(6))
+        pool.step({i: 1 for i in range(6)})
+        obs, rewards, terminations, truncations, infos = pool.step({i: 1 for i in range(6)})  # step 2
+        assert terminations == {0: True, 1: False, 2: False, 3: True, 4: False, 5: False} and not any(truncations.values())
+        np.testing.assert_array_equal(obs[0], [12, 12])  # the last observation itself, as a gymnasium env's
+        assert "final_obs" not in infos[0] and "dead" not in infos[0] and infos[0]["t"] == 2
+        assert infos[0]["episode"]["r"] == 2.0 and infos[0]["episode"]["l"] == 2
+        assert pool.agents == [1, 2, 4, 5]
+        with pytest.raises(
+            ValueError, match=r"Env 0 has ended .* reset\(\) it first \(with every slot of its env copy, 0..2\)"
+        ):
+            pool.step({i: 1 for i in range(6)})
+        with pytest.raises(ValueError, match=r"slots \[2\] of env copy 0 are missing"):
+            pool.step({1: 1})
+        obs, rewards, terminations, truncations, infos = pool.step({1: 3, 2: 4, 4: 1, 5: 1})  # step 3
+        assert sorted(obs) == sorted(rewards) == sorted(infos) == [1, 2, 4, 5] and rewards[1] == 3.0
+        assert terminations == {1: False, 2: True, 4: False, 5: True} and pool.agents == [1, 4]
+        np.testing.assert_array_equal(obs[1], [23, 23])
+        _, _, terminations, truncations, infos = pool.step({1: 1})  # step 4 of copy 0 only
+        assert (terminations, truncations, pool.agents) == ({1: False}, {1: True}, [4])
+        assert infos[1]["episode"]["l"] == 4
+        _, _, _, truncations, _ = pool.step({4: 1})
+        assert truncations == {4: True} and pool.agents == []
+        seen = pool.get_attr("actions_seen", [0])[0]
+        assert [sorted(step) for step in seen] == [["a_0", "a_1", "a_2"]] * 2 + [["a_1", "a_2"], ["a_1"]]  # never reset
+        with pytest.raises(ValueError, match=r"slots \[1, 2\] of env copy 0 are missing"):
+            pool.reset(ids=[0])
+        obs, infos = pool.reset(ids=[0, 1, 2])
+        assert pool.agents == [0, 1, 2] and sorted(obs) == [0, 1, 2]
+        np.testing.assert_array_equal(obs[0], [10, 10])
+        obs, *_ = pool.step({0: 1, 1: 1, 2: 1})
+        np.testing.assert_array_equal(obs[0], [11, 11])
+        pool.reset()
+        assert pool.agents == list(range(6))
+
+
+class CrashingRaceEnv(RaceEnv):
+    """RaceEnv whose third step raises."""
+
+    def step(self, actions):
+        if self.t == 2:
+            raise RuntimeError("the env broke")
+        return super().step(actions)
+
+
+class LateRaceEnv(RaceEnv):
+    """RaceEnv whose last agent is absent at reset."""
+
+    def reset(self, seed=None, options=None):
+        observations, infos = super().reset(seed, options)
+        self.agents = self.agents[:-1]
+        return {a: observations[a] for a in self.agents}, {a: infos[a] for a in self.agents}
+
+
+def test_autoreset_off_restart_and_absent_agents():
+    """autoreset=False, on_error="restart": a copy that raised is rebuilt, its live slots report their episode
+    truncated with the error and leave ``agents``; it starts again at ``reset``. An env with an agent absent at reset
+    is refused (the pool's ``agents`` after a reset are all the copy's slots)."""
+    with AsyncEnvPool(
+        lambda: CrashingRaceEnv(lifetimes=(1, None, None)), n_workers=1, on_error="restart", autoreset=False
+    ) as pool:
+        pool.reset()
+        pool.step({0: 1, 1: 1, 2: 1})
+        assert pool.agents == [1, 2]
+        pool.step({1: 1, 2: 1})
+        _, _, terminations, truncations, infos = pool.step({1: 1, 2: 1})
+        assert truncations == {1: True, 2: True} and not any(terminations.values()) and pool.agents == []
+        assert "the env broke" in infos[1]["error"]
+        obs, _ = pool.reset()
+        np.testing.assert_array_equal(obs[0], [10, 10])
+        assert pool.agents == [0, 1, 2] and pool.get_attr("actions_seen", [0])[0] == []  # the rebuilt copy
+    with (
+        AsyncEnvPool(LateRaceEnv, n_workers=0, autoreset=False) as pool,
+        pytest.raises(EnvError, match=r"no agent 'a_2' \(or no observation for it\) at reset"),
+    ):
+        pool.reset()
+
+
 def test_heterogeneous_spaces_are_padded():
     env = race(obs_sizes=[2, 3, 4], action_ns=[3, 4, 5])
     with AsyncEnvPool(env, n_envs=1, n_workers=1) as pool:
@@ -193,8 +280,6 @@ def test_spaces_that_cannot_be_padded_are_refused_naming_the_agents():
 def test_invalid_options_are_refused():
     with pytest.raises(ValueError, match="Invalid dead_agents='mask'"):
         AsyncEnvPool(race(), dead_agents="mask")
-    with pytest.raises(ValueError, match="autoreset=False with a multi-agent"):
-        AsyncEnvPool(race(), n_workers=0, autoreset=False)
     with pytest.raises(ValueError, match="agent_id=True applies to multi-agent PettingZoo envs only"):
         AsyncEnvPool("CartPole-v1", n_workers=0, agent_id=True)
 

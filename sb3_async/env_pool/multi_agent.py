@@ -21,6 +21,12 @@ every agent (parameter sharing).
 Every real episode of a slot ends with a Monitor-style ``info["episode"] = {"r", "l", "t"}`` (the agent's return,
 length, and seconds since the copy was built), which the algorithms log as ``rollout/ep_rew_mean``.
 
+With the pool's ``autoreset=False`` (:attr:`AgentSlots.autoreset`), PettingZoo's own semantics per slot instead: a slot
+whose agent terminates, is truncated or leaves the env's ``agents`` reports that step (with its last observation) and
+then neither steps nor reports until the copy is reset (no padding, no ``info["dead"]``); the copy is never reset
+here, even once all its agents are gone. Every possible agent must then be present at reset (the pool's ``agents``
+after a reset are all the copy's slots); an agent that comes back in the env's ``agents`` after it left stays out.
+
 :class:`PettingZooEnv` builds a PettingZoo env from a gymnasium-style id: an id of PettingZoo's own registry
 (``"butterfly/pistonball-v6"``) or ``"<package>/<module>"`` naming the module that defines the env
 (``"mpe2/simple_spread_v3"``); the RL Zoo command line takes such ids as ``--env`` (:mod:`sb3_async.zoo`).
@@ -164,6 +170,9 @@ class AgentSlots:
         self._zero_obs = _zeros(observation_space)
         #: The pool's slot of each agent, in ``names`` order (set by the worker that holds this copy)
         self.slots: list[int] = []
+        #: The pool's ``autoreset`` (set by the worker): False steps and reports the live agents' slots only and never
+        #: resets the copy (see the module's notes)
+        self.autoreset = True
         self.live: set[Any] = set()
         self._returns = np.zeros(len(self.names))
         self._lengths = np.zeros(len(self.names), dtype=np.int64)
@@ -215,6 +224,13 @@ class AgentSlots:
     def _start_episode(self, buffers: SharedBuffers, observations: dict, infos: dict) -> dict[int, dict]:
         self._check_agents(self.env.agents, observations)
         self.live = set(self.env.agents)
+        if not self.autoreset and (len(self.live) < len(self.names) or len(observations.keys() & self.live) < len(self.live)):
+            absent = [agent for agent in self.names if agent not in self.live or agent not in observations]
+            raise ValueError(
+                f"Env {self.env} has no agent {', '.join(map(repr, absent))} (or no observation for it) at reset: with "
+                "autoreset=False the pool's agents after a reset are all the slots of the env copy, so every possible "
+                "agent must be there; use autoreset=True, which pads the slots of absent agents"
+            )
         self._returns[:] = 0.0
         self._lengths[:] = 0
         slot_infos = {}
@@ -227,37 +243,52 @@ class AgentSlots:
                 slot_infos[i] = {"dead": True}
         return slot_infos
 
+    def _live_result(self, k: int, agent: Any, result: tuple, remaining: set) -> tuple[Any, float, bool, bool, dict]:
+        """Live agent ``k``'s ``(observation, reward, terminated, truncated, info)`` from the env's step ``result``: an
+        agent that left the env's ``agents`` without a flag is truncated, and an episode's end adds its statistics."""
+        observations, rewards, terminations, truncations, infos = result
+        reward = float(rewards.get(agent, 0.0))
+        ended, cut = bool(terminations.get(agent, False)), bool(truncations.get(agent, False))
+        if not (ended or cut) and agent not in remaining:  # left without a flag: cut short
+            cut = True
+        obs = self._observation(k, observations[agent]) if agent in observations else _zeros(self.observation_space)
+        info = dict(infos.get(agent) or {})
+        self._returns[k] += reward
+        self._lengths[k] += 1
+        if ended or cut:
+            info["episode"] = {
+                "r": float(self._returns[k]),
+                "l": int(self._lengths[k]),
+                "t": round(time.time() - self._started, 6),
+            }
+            self._returns[k], self._lengths[k] = 0.0, 0
+        return obs, reward, ended, cut, info
+
+    def _env_step(self, buffers: SharedBuffers) -> tuple[tuple, set]:
+        """Step the env with the actions of the live agents' slots; returns its step result and its agents after it."""
+        live, read = self.live, buffers.actions.item
+        actions = {agent: self._action(agent, read(i)) for agent, i in zip(self.names, self.slots) if agent in live}
+        result = self.env.step(actions)
+        self._check_agents(self.env.agents, result[0])
+        return result, set(self.env.agents)
+
     def step(self, buffers: SharedBuffers) -> dict[int, dict]:
         """Step the copy with its slots' actions in the buffers (only its live agents act), write each slot's result
-        and, where a slot's episode ended, its next observation (same-step autoreset, see the module's notes).
+        and, where a slot's episode ended, its next observation (same-step autoreset, see the module's notes; with
+        ``autoreset=False``, :meth:`_step_to_the_end`).
 
         :return: each slot's info
         """
+        if not self.autoreset:
+            return self._step_to_the_end(buffers)
         live, names, slots = self.live, self.names, self.slots
-        read = buffers.actions.item
-        actions = {agent: self._action(agent, read(i)) for agent, i in zip(names, slots) if agent in live}
-        observations, rewards, terminations, truncations, infos = self.env.step(actions)
-        self._check_agents(self.env.agents, observations)
-        remaining = set(self.env.agents)
+        result, remaining = self._env_step(buffers)
+        observations = result[0]
         over = not remaining
         results = []  # per slot: (observation, reward, terminated, truncated, info)
         for k, agent in enumerate(names):
             if agent in live:
-                reward = float(rewards.get(agent, 0.0))
-                ended, cut = bool(terminations.get(agent, False)), bool(truncations.get(agent, False))
-                if not (ended or cut) and (over or agent not in remaining):  # left without a flag: cut short
-                    cut = True
-                obs = self._observation(k, observations[agent]) if agent in observations else _zeros(self.observation_space)
-                info = dict(infos.get(agent) or {})
-                self._returns[k] += reward
-                self._lengths[k] += 1
-                if ended or cut:
-                    info["episode"] = {
-                        "r": float(self._returns[k]),
-                        "l": int(self._lengths[k]),
-                        "t": round(time.time() - self._started, 6),
-                    }
-                    self._returns[k], self._lengths[k] = 0.0, 0
+                obs, reward, ended, cut, info = self._live_result(k, agent, result, remaining)
             else:  # black death: a padding step, which ends when the agent is back
                 reward, cut, obs, info = 0.0, False, _zeros(self.observation_space), {"dead": True}
                 ended = over or agent in remaining
@@ -282,12 +313,39 @@ class AgentSlots:
             self.live = remaining
         return slot_infos
 
+    def _step_to_the_end(self, buffers: SharedBuffers) -> dict[int, dict]:
+        """:meth:`step` with ``autoreset=False``: only the live agents' slots are stepped and written; a slot whose agent
+        ended (or left the env's ``agents``) reports its last observation and leaves :attr:`live` until the copy is
+        reset, and the copy is not reset here, even once every agent is gone.
+
+        :return: the infos of the slots stepped that are not empty
+        """
+        live = self.live
+        result, remaining = self._env_step(buffers)
+        slot_infos: dict[int, dict] = {}
+        still = set()
+        for k, (agent, i) in enumerate(zip(self.names, self.slots)):
+            if agent not in live:
+                continue
+            obs, reward, ended, cut, info = self._live_result(k, agent, result, remaining)
+            buffers.obs.write(i, obs)
+            buffers.rewards[i], buffers.terminated[i], buffers.truncated[i] = reward, ended, cut
+            if info:
+                slot_infos[i] = info
+            if not (ended or cut):
+                still.add(agent)
+        self.live = still
+        return slot_infos
+
     def restarted(self, buffers: SharedBuffers, error: str) -> dict[int, dict]:
         """After this copy was rebuilt (``on_error="restart"``): every slot's episode ends truncated, the new copy
-        reset. Returns each slot's info."""
+        reset (with ``autoreset=False``, left for the pool's ``reset``, as a gymnasium env). Returns each slot's info."""
         final_obs = {i: buffers.obs.item(i) for i in self.slots}  # the slots still hold the last observations
         for i in self.slots:
             buffers.rewards[i], buffers.terminated[i], buffers.truncated[i] = 0.0, False, True
+        if not self.autoreset:
+            self.live = set()
+            return {i: {"error": error} for i in self.slots}
         infos = self.reset(buffers, None, None)
         return {i: {**infos[i], FINAL_OBS: final_obs[i], FINAL_INFO: {}, "error": error} for i in self.slots}
 

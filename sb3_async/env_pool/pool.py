@@ -69,7 +69,10 @@ class AsyncEnvPool(EnvPoolBase):
     :param autoreset: ``True`` (default): same-step autoreset, an env that ends is reset in its worker and the step
         returns the new episode's first observation, the last observation and info in ``infos[id]["final_obs"]`` and
         ``infos[id]["final_info"]`` (no discarded action, no fake transition, as SB3's VecEnvs); ``False``:
-        PettingZoo's semantics, an env that ended leaves :attr:`agents` until :meth:`reset`
+        PettingZoo's semantics, an env that ended leaves :attr:`agents` until :meth:`reset`. With a multi-agent env,
+        per slot: a slot whose agent ended leaves :attr:`agents` (no padding) while its copy steps on with its live
+        slots, and the copy waits for a :meth:`reset` naming all its slots (every possible agent must be present at
+        reset). The VecEnv view needs ``True``
     :param on_error: ``"raise"`` (default): an env that raises makes the next ``recv``/``step``/``reset`` raise
         :class:`EnvError` naming it, with its traceback, the other envs unharmed; ``"restart"``: the env is rebuilt
         (its process respawned if it died) and its episode reported truncated, the error in ``infos[id]["error"]``

@@ -112,17 +112,12 @@ class EnvWorker:
         """The slot ids, factories and envs of multi-agent env copies ``ids`` (each copy once per agent)."""
         if not all(isinstance(env, AgentSlots) for env in envs):
             raise TypeError("The env factories mix gymnasium envs and multi-agent PettingZoo envs: give one kind")
-        if not self.autoreset:
-            raise ValueError(
-                "Invalid autoreset=False with a multi-agent PettingZoo env: the pool resets each env copy once all its "
-                "agents are gone (autoreset=True), the semantics of its VecEnv view"
-            )
         n = len(envs[0].names)
         slot_ids, slot_factories, slot_envs = [], [], []
         for c, factory, env in zip(ids, factories, envs):
             if env.names != envs[0].names:
                 raise ValueError(f"Env copy {c} has agents {env.names}, env copy {ids[0]} has {envs[0].names}")
-            env.slots = [c * n + a for a in range(n)]
+            env.slots, env.autoreset = [c * n + a for a in range(n)], self.autoreset
             slot_ids += env.slots
             slot_factories += [factory] * n
             slot_envs += [env] * n
@@ -144,7 +139,7 @@ class EnvWorker:
             self.envs[i] = self.factories[i]()
             return
         env = as_agent_slots(self.factories[i]())
-        env.slots = self.copies[i].slots
+        env.slots, env.autoreset = self.copies[i].slots, self.autoreset
         self.envs.update(dict.fromkeys(env.slots, env))
         self.copies.update(dict.fromkeys(env.slots, env))
 
@@ -204,7 +199,8 @@ class EnvWorker:
         return infos, errors
 
     def _step_copies(self, ids: Sequence[int], restarts: dict[int, str] | None) -> tuple[dict[int, dict], dict[int, str]]:
-        """:meth:`step` of multi-agent env copies: each copy of ``ids`` (all its slots given) steps once."""
+        """:meth:`step` of multi-agent env copies: each copy of ``ids`` (all its slots given; with ``autoreset=False``,
+        all its live ones) steps once."""
         assert self.buffers is not None
         infos: dict[int, dict] = {}
         errors: dict[int, str] = {}
