@@ -7,8 +7,12 @@ It imports neither torch nor stable_baselines3.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import builtins
+import functools
+import re
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from gymnasium import spaces
@@ -21,6 +25,7 @@ from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
 __all__ = ["InvalidActionsError", "InvalidOptionsError", "PoolVectorEnv"]
 
 _MODES = ", ".join(repr(mode.value) for mode in AutoresetMode)
+_Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
 class InvalidActionsError(ValueError, TypeError):
@@ -30,6 +35,75 @@ class InvalidActionsError(ValueError, TypeError):
 
 class InvalidOptionsError(ValueError, TypeError):
     """An invalid ``reset_mask``: a ``ValueError``, and a ``TypeError`` as gymnasium's vector envs raise."""
+
+
+def _check_reset_mask(mask: Any, n_envs: int) -> None:
+    """Refuse a ``reset_mask`` that is not a bool array of one value per env with a True, in gymnasium's words."""
+    if not isinstance(mask, np.ndarray):
+        problem = f"must be a numpy array, got {type(mask)}"
+    elif mask.shape != (n_envs,):
+        problem = f"must have shape `({n_envs},)`, got {mask.shape}"
+    elif mask.dtype != np.bool_:
+        problem = f"must have `dtype=np.bool_`, got {mask.dtype}"
+    elif not mask.any():
+        problem = f"must contain a boolean array with at least one True value, got reset_mask={mask}"
+    else:
+        return
+    raise InvalidOptionsError(f"`options['reset_mask']` {problem}")
+
+
+#: The exception types built by :func:`_as_env_type`: EnvError and the type an env raised
+_ENV_TYPES: dict[type[Exception], type[EnvError] | None] = {}
+
+
+def _raised_type(worker_traceback: str) -> type[Exception] | None:
+    """The type of the exception a traceback ends with, when it is a builtin one or one of a module imported here."""
+    last = worker_traceback.rstrip().rpartition("\n")[2]
+    name = last.partition(":")[0].strip()
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", name):
+        return None
+    module, _, qualname = name.rpartition(".")
+    owner = sys.modules.get(module) if module else builtins
+    found = getattr(owner, qualname, None)
+    return found if isinstance(found, type) and issubclass(found, Exception) else None
+
+
+def _as_env_type(error: EnvError) -> EnvError:
+    """``error``, also of the type of the exception the env raised (an ``EnvError`` that is a ``ValueError`` when the
+    env raised a ``ValueError``), as gymnasium's vector envs raise the env's own exception; ``error`` itself when that
+    type is unknown here or does not combine with ``EnvError``."""
+    raised = _raised_type(error.worker_traceback)
+    if raised is None or isinstance(error, raised):
+        return error
+    if raised not in _ENV_TYPES:
+        try:
+            namespace = {"__module__": __name__, "__doc__": EnvError.__doc__, "__str__": BaseException.__str__}
+            _ENV_TYPES[raised] = type(f"Env{raised.__name__}", (EnvError, raised), namespace)
+        except TypeError:  # layouts that do not combine
+            _ENV_TYPES[raised] = None
+    combined = _ENV_TYPES[raised]
+    if combined is None:
+        return error
+    try:
+        return combined(error.env_id, error.call, error.worker_traceback)
+    except Exception:  # an exception type whose constructor wants other arguments
+        return error
+
+
+def _raising_env_types(method: _Method) -> _Method:
+    """Make ``method`` raise each :class:`EnvError` as :func:`_as_env_type` makes it."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except EnvError as error:
+            converted = _as_env_type(error)
+            if converted is error:
+                raise
+            raise converted.with_traceback(error.__traceback__) from None
+
+    return wrapper  # type: ignore[return-value]
 
 
 class PoolVectorEnv(VectorEnv):
@@ -71,6 +145,7 @@ class PoolVectorEnv(VectorEnv):
         self._autoreset: dict[int, dict[str, Any]] = {}
 
     # ---------------------------------------------------------------- reset and step
+    @_raising_env_types
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
@@ -84,12 +159,7 @@ class PoolVectorEnv(VectorEnv):
         if options is not None and "reset_mask" in options:
             options = dict(options)
             mask = options.pop("reset_mask")
-            if not isinstance(mask, np.ndarray) or mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
-                raise InvalidOptionsError(
-                    f"Invalid options['reset_mask']={mask!r}: expected a bool array of shape ({self.num_envs},)"
-                )
-            if not mask.any():
-                raise ValueError("Invalid options['reset_mask']: no env to reset (at least one True expected)")
+            _check_reset_mask(mask, self.num_envs)
             ids = np.flatnonzero(mask).tolist()
         if seed is None or isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
             seeds = [None if seed is None else int(seed) + i for i in ids]
@@ -105,6 +175,7 @@ class PoolVectorEnv(VectorEnv):
             infos = self._add_info(infos, reset_infos[i], i)
         return self.pool.buffers.obs.read(slice(None)), infos
 
+    @_raising_env_types
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env (NEXT_STEP: every env but those that ended at the last step, which return their reset
         observation) with ``actions``, a batch of the :attr:`action_space`."""
@@ -168,27 +239,18 @@ class PoolVectorEnv(VectorEnv):
     def _check_actions(self, actions: Any) -> Any:
         """The batch of actions as the pool's buffers take it, checked against :attr:`action_space` (``ValueError``
         naming the first env whose action is not in the single action space)."""
-        space, n = self.single_action_space, self.num_envs
+        space = self.single_action_space
         try:
-            if isinstance(space, spaces.Dict):
-                checked: Any = {key: _leaf(sub, actions[key], n) for key, sub in space.spaces.items()}
-                structured: Any = checked
-            elif isinstance(space, spaces.Tuple):
-                if len(actions) != len(space.spaces):
-                    raise ValueError(f"{len(actions)} parts, expected {len(space.spaces)}")
-                checked = {k: _leaf(sub, actions[k], n) for k, sub in enumerate(space.spaces)}
-                structured = tuple(checked.values())
-            else:
-                checked = structured = _leaf(space, actions, n)
+            checked = _batch(space, actions, self.num_envs)
         except (KeyError, TypeError, ValueError, IndexError) as error:
             raise InvalidActionsError(
                 f"Invalid actions {actions!r}: expected a batch of {self.action_space} ({error})"
             ) from None
-        if self.action_space.contains(structured):
+        if self.action_space.contains(checked):
             return checked
         for i in self._all_ids:  # name the first bad one; an env that only resets at this step ignores its action
             if i not in self._autoreset:
-                self.pool.check_action(i, _row(space, structured, i))
+                self.pool.check_action(i, _row(space, checked, i))
         if self._autoreset:
             return checked
         raise InvalidActionsError(f"Invalid actions {actions!r}: not in {self.action_space}")
@@ -204,10 +266,12 @@ class PoolVectorEnv(VectorEnv):
         """Each env's random generator, as ``SyncVectorEnv``."""
         return self.get_attr("np_random")
 
+    @_raising_env_types
     def render(self) -> tuple[Any, ...]:
         """Each env's ``render()``."""
         return tuple(self.pool.render())
 
+    @_raising_env_types
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` of each env with ``args`` and ``kwargs``; for an attribute that is not callable, its value
         (as ``SyncVectorEnv``)."""
@@ -218,10 +282,12 @@ class PoolVectorEnv(VectorEnv):
                 raise
         return self.get_attr(name)
 
+    @_raising_env_types
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """Attribute ``name`` of each env, looked up through its wrappers."""
         return tuple(self.pool.get_attr(name))
 
+    @_raising_env_types
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         """Set attribute ``name`` of each env (on the wrapper that has it, as ``SyncVectorEnv``): ``values`` one per
         env (a list or tuple), or one value for all."""
@@ -240,8 +306,15 @@ class PoolVectorEnv(VectorEnv):
         return f"{type(self).__name__}({self.pool!r}, autoreset_mode={self.autoreset_mode})"
 
 
-def _leaf(space: spaces.Space, value: Any, n: int) -> np.ndarray:
-    """A batch of ``n`` values of a flat space as an array of its dtype (an integer space refuses floats)."""
+def _batch(space: spaces.Space, value: Any, n: int) -> Any:
+    """A batch of ``n`` values of an array space, or of a Dict or Tuple of them at any depth, as the pool's buffers
+    take it: an array of the space's dtype per leaf (an integer space refuses floats), in dicts and tuples."""
+    if isinstance(space, spaces.Dict):
+        return {key: _batch(sub, value[key], n) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        if len(value) != len(space.spaces):
+            raise ValueError(f"{len(value)} parts, expected {len(space.spaces)}")
+        return tuple(_batch(sub, value[k], n) for k, sub in enumerate(space.spaces))
     array = np.asarray(value)
     kinds = "biuf" if isinstance(space, spaces.Box) else "biu"
     if array.shape != (n, *(space.shape or ())) or array.dtype.kind not in kinds:
@@ -250,8 +323,9 @@ def _leaf(space: spaces.Space, value: Any, n: int) -> np.ndarray:
 
 
 def _row(space: spaces.Space, batch: Any, i: int) -> Any:
+    """Value ``i`` of a batch that :func:`_batch` made."""
     if isinstance(space, spaces.Dict):
-        return {key: batch[key][i] for key in space.spaces}
+        return {key: _row(sub, batch[key], i) for key, sub in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
-        return tuple(part[i] for part in batch)
+        return tuple(_row(sub, part, i) for sub, part in zip(space.spaces, batch))
     return batch[i]
