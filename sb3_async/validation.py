@@ -25,9 +25,10 @@ def check_int(name: str, value: Any, minimum: int = 1, maximum: int | None = Non
     expected = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"Invalid {name}={value!r}: expected {expected}")
-    if value < minimum or (maximum is not None and value > maximum):
+    number = int(value)
+    if number < minimum or (maximum is not None and number > maximum):
         raise ValueError(f"Invalid {name}={value!r}: expected {expected}" + (f" ({why})" if why else ""))
-    return int(value)
+    return number
 
 
 def check_float(name: str, value: Any, low: float = 0.0, high: float = math.inf, high_inclusive: bool = True) -> float:

@@ -188,9 +188,8 @@ def test_ray_hosts_carry_object_values(backend: str) -> None:
 
 
 def test_sb3_view_refuses_what_sb3_cannot_take_naming_the_gym_view() -> None:
-    with AsyncEnvPool(factories("text", 2), n_workers=1) as pool:
-        with pytest.raises(TypeError, match=r"Text.*as_gym_vector_env"):
-            pool.as_vec_env()
+    with AsyncEnvPool(factories("text", 2), n_workers=1) as pool, pytest.raises(TypeError, match=r"Text.*as_gym_vector_env"):
+        pool.as_vec_env()
 
 
 def test_actions_must_be_arrays() -> None:
