@@ -23,6 +23,13 @@ command, the date, the machine, and the ``"table"`` that :func:`table_of` comput
 ``--render DIR`` recomputes it from the raw rates. The published race::
 
     python benchmarks/scripts/env_pool_race.py --rounds 6 --seconds 0.5 --out benchmarks/results/env_pool_race
+
+The cost of observation parts that are not arrays (the engines of ``SPACES``, opt-in: the pool's gymnasium view on
+the task's observation in a Dict, without and with a Text part, and gymnasium's ``AsyncVectorEnv`` on the latter)::
+
+    python benchmarks/scripts/env_pool_race.py --rounds 6 --seconds 0.5 --tasks CartPole-v1 \
+        --engines 'AsyncEnvPool (2 workers), obs in a Dict' 'AsyncEnvPool (2 workers), obs + Text in a Dict' \
+        'gym AsyncVectorEnv, obs + Text in a Dict' --out benchmarks/results/env_pool_spaces
 """
 
 from __future__ import annotations
@@ -59,6 +66,11 @@ ENGINES = [POOL, POOL1, POOL0, "DummyVecEnv", *MULTI_PROCESS]
 POOLS = [POOL, POOL1]
 SPINNING = {PUFFER}
 PER_ENV_PROCESS = ["SubprocVecEnv", "gym AsyncVectorEnv"]
+# The cost of an observation part that is not an array (opt-in, through the gymnasium views): the task's observation
+# in a Dict, and the same with a Text part added, which the pool pickles with each reply
+POOL_DICT, POOL_TEXT = "AsyncEnvPool (2 workers), obs in a Dict", "AsyncEnvPool (2 workers), obs + Text in a Dict"
+ASYNC_TEXT = "gym AsyncVectorEnv, obs + Text in a Dict"
+SPACES = [POOL_DICT, POOL_TEXT, ASYNC_TEXT]
 
 
 def available(engine: str) -> bool:
@@ -87,6 +99,22 @@ def make_env(env_id: str) -> gym.Env:
     return gym.make(env_id)
 
 
+class WithNote(gym.ObservationWrapper):
+    """The env's observation in a Dict (``{"obs": ...}``), with a ``Text`` part saying where the first coordinate
+    points when ``text``."""
+
+    def __init__(self, env: gym.Env, text: bool):
+        super().__init__(env)
+        self.text = text
+        parts = {"obs": env.observation_space, **({"note": gym.spaces.Text(16)} if text else {})}
+        self.observation_space = gym.spaces.Dict(parts)
+
+    def observation(self, observation: Any) -> dict[str, Any]:
+        if not self.text:
+            return {"obs": observation}
+        return {"obs": observation, "note": "left" if observation.flat[0] < 0 else "right"}
+
+
 def make_puffer_env(env_id: str, buf: Any = None, seed: int = 0) -> Any:
     import pufferlib.emulation
 
@@ -109,7 +137,14 @@ class Stepper:
         space.seed(0)
         self.batches = [np.stack([space.sample() for _ in range(n_envs)]) for _ in range(16)]
         factories = [lambda: make_env(env_id)] * n_envs
-        if engine == POOL:
+        if engine in SPACES:
+            factories = [lambda text=engine != POOL_DICT: WithNote(make_env(env_id), text)] * n_envs
+        if engine in (POOL_DICT, POOL_TEXT):
+            self.env = AsyncEnvPool(factories, n_workers=2).as_gym_vector_env("SameStep")
+        elif engine == ASYNC_TEXT:
+            same_step = gym.vector.AutoresetMode.SAME_STEP  # shared memory cannot hold Text
+            self.env = gym.vector.AsyncVectorEnv(factories, shared_memory=False, autoreset_mode=same_step)
+        elif engine == POOL:
             self.env: Any = AsyncEnvPool(factories, n_workers=2).as_vec_env()
         elif engine == POOL1:
             self.env = AsyncEnvPool(factories, n_workers=1, local_envs=n_envs // 2).as_vec_env()
@@ -233,7 +268,8 @@ def medians(races: list[dict[str, list[float]]]) -> dict[str, float]:
 
 
 SHORT = {POOL: "pool, 2 workers", POOL1: "pool, 1 worker + main", POOL0: "pool, n_workers=0", PUFFER: "PufferLib (2 workers)",
-         TORCHRL: "TorchRL ParallelEnv (2 workers)"}  # fmt: skip
+         TORCHRL: "TorchRL ParallelEnv (2 workers)", POOL_DICT: "pool, Dict", POOL_TEXT: "pool, Dict + Text",
+         ASYNC_TEXT: "AsyncVectorEnv, Dict + Text"}  # fmt: skip
 
 
 def command_of(args: argparse.Namespace | dict[str, Any]) -> str:
@@ -257,6 +293,8 @@ def table_of(record: dict[str, Any]) -> dict[str, Any]:
     columns = ["task", "envs", *(SHORT.get(engine, engine) for engine in engines)]
     for pool in pools:
         columns += [f"{SHORT[pool]} / DummyVecEnv", f"{SHORT[pool]} / fastest multi-process"]
+    text_ratios = [ref for ref in (POOL_DICT, ASYNC_TEXT) if POOL_TEXT in engines and ref in engines]
+    columns += [f"{SHORT[POOL_TEXT]} / {SHORT[ref]}" for ref in text_ratios]
     rows = []
     for key, races in results.items():
         task, n_envs = key.rsplit(" ", 1)
@@ -264,25 +302,48 @@ def table_of(record: dict[str, Any]) -> dict[str, Any]:
         row = [task, n_envs, *(f"{rates[engine]:,.0f}" for engine in engines)]
         for pool in pools:
             row += [f"{ratio(races[:1], pool, ['DummyVecEnv']):.2f}", f"{ratio(races, pool, others):.2f}"]
+        row += [f"{ratio(races[:1], POOL_TEXT, [ref]):.2f}" for ref in text_ratios]
         rows.append(row)
     for key, why in record.get("failed", {}).items():
         rows.append([*key.rsplit(" ", 1), *(["—"] * (len(columns) - 3)), why])
     machine = record["machine"]
-    missing = [engine for engine in ENGINES if engine not in engines]
+    missing = [engine for engine in ENGINES if engine not in engines and not set(engines) <= set(SPACES)]
+    spaces_note = (
+        f'"{SHORT[POOL_DICT]}" and "{SHORT[POOL_TEXT]}" step the pool\'s gymnasium view (same-step autoreset) on the '
+        "task's observation in a Dict, without and with a Text part (a string the env writes at each step, which the "
+        'pool pickles with each reply); "AsyncVectorEnv, Dict + Text" is gymnasium\'s, one process per env, without '
+        "shared memory (which cannot hold Text). "
+        if any(engine in SPACES for engine in engines)
+        else ""
+    )
     notes = (
-        f"Env steps per second (medians over {args['rounds']} rounds), random actions, synchronous stepping; "
-        f'"pool" is `AsyncEnvPool(...).as_vec_env()`, "1 worker + main" is `n_workers=1, local_envs=n_envs // 2`. '
-        f"Every engine steps in bursts of {args['seconds']} s, in a new random order each round; a ratio is taken "
-        "between bursts of one round, then the median over rounds. From "
-        f"{args['split']} envs on, SubprocVecEnv and gymnasium's AsyncVectorEnv (one process per env) race apart, "
-        "each against the pools and DummyVecEnv, and the ratio to them is taken in that race. "
+        f"Env steps per second (medians over {args['rounds']} rounds), random actions, synchronous stepping. "
+        + (
+            ""
+            if set(engines) <= set(SPACES)
+            else '"pool" is `AsyncEnvPool(...).as_vec_env()`, "1 worker + main" is `n_workers=1, local_envs=n_envs // 2`. '
+        )
+        + f"Every engine steps in bursts of {args['seconds']} s, in a new random order each round; a ratio is taken "
+        "between bursts of one round, then the median over rounds. "
+        + (
+            f"From {args['split']} envs on, SubprocVecEnv and gymnasium's AsyncVectorEnv (one process per env) race "
+            "apart, each against the pools and DummyVecEnv, and the ratio to them is taken in that race. "
+            if any(engine in PER_ENV_PROCESS for engine in engines)
+            else ""
+        )
+        + spaces_note
         + (f"{args['busy']} CPU-bound processes ran beside the race. " if args["busy"] else "")
         + f"{machine['cpus']} cores, torch 1 thread in every process, Python {machine['python']}; "
         + ", ".join(f"{name} {value}" for name, value in machine["versions"].items())
         + "."
         + (f" Left out (library not installed): {', '.join(missing)}." if missing else "")
     )
-    return {"title": "Env steps per second: AsyncEnvPool against the vectorizers", "columns": columns, "rows": rows,
+    title = (
+        "Env steps per second: observations that are not arrays"
+        if spaces_note
+        else "Env steps per second: AsyncEnvPool against the vectorizers"
+    )
+    return {"title": title, "columns": columns, "rows": rows,
             "notes": notes}  # fmt: skip
 
 
