@@ -5,8 +5,7 @@ Each test below names the gymnasium tests whose checks it ports (several gymnasi
 ``SyncVectorEnv`` and ``AsyncVectorEnv``: one port covers them). :data:`NOT_PORTED` lists those left out and why;
 :data:`PORTED` maps every other gymnasium test to its port, and ``test_every_gymnasium_vector_test_is_accounted_for``
 keeps the two complete. What the pool does not do is ported too, marked ``xfail(strict=False)`` with the reason: action
-spaces other than array spaces (Text, Graph, Sequence, OneOf, custom spaces are observations only) and envs whose
-observation spaces differ (gymnasium's ``observation_mode="different"``).
+spaces other than array spaces (Text, Graph, Sequence, OneOf, custom spaces are observations only).
 
 ``SB3_ASYNC_GYM_REFERENCE=sync python -m pytest -n0 tests/test_gymnasium_vector_tests.py`` runs the same tests against
 gymnasium's ``SyncVectorEnv`` instead: every test passes there (the xfail ones too, but for one of AsyncVectorEnv's
@@ -43,12 +42,6 @@ XFAIL_ACTION_SPACE = pytest.mark.xfail(
     strict=False,
     reason="action space not carried by the pool: its actions are array spaces (Box, Discrete, MultiDiscrete, "
     "MultiBinary, alone or in Dicts and Tuples); Text, Graph, Sequence, OneOf and custom spaces are observations only",
-)
-XFAIL_DIFFERENT_SPACES = pytest.mark.xfail(
-    strict=False,
-    reason="the pool's view has one observation mode, gymnasium's 'same': AsyncEnvPool refuses envs whose observation "
-    "spaces differ (groups.py _check_spaces) and as_gym_vector_env takes no observation_mode ('different' or a custom "
-    "pair of batched and single spaces)",
 )
 
 # ---------------------------------------------------------------------------------------------------------- accounting
@@ -1045,7 +1038,6 @@ def vector_over(env_fns: list[Callable[[], gym.Env]], **vector_kwargs: Any) -> V
     return AsyncEnvPool(env_fns, n_workers=1).as_gym_vector_env(**vector_kwargs)
 
 
-@XFAIL_DIFFERENT_SPACES
 def test_invalid_observation_mode():
     """Port of test_observation_mode.py::test_invalid_observation_mode."""
     message = (
@@ -1062,7 +1054,6 @@ def test_obs_mode_same_different_spaces():
         vector_over(box_envs(*[Box(0, i, (2,)) for i in range(1, 4)]), observation_mode="same")
 
 
-@XFAIL_DIFFERENT_SPACES
 @pytest.mark.parametrize(
     "observation_mode",
     ["different", (Box(0, np.repeat(np.arange(1, 4), 5).reshape((3, 5)), (3, 5)), Box(0, 1, (5,)))],
@@ -1103,11 +1094,10 @@ def test_mixed_observation_spaces(observation_mode):
 
 
 def view_mode(observation_mode: Any) -> dict[str, Any]:
-    """The reference takes every mode; the pool's view refuses such envs in its only one."""
-    return {"observation_mode": observation_mode} if REFERENCE else {}
+    """The keyword arguments of a vector env in ``observation_mode`` (the pool's view takes gymnasium's modes)."""
+    return {"observation_mode": observation_mode}
 
 
-@XFAIL_DIFFERENT_SPACES
 def test_varying_spaces():
     """Port of utils/test_space_utils.py::test_varying_spaces (batch_differing_spaces of Boxes of different bounds), on
     the view over envs with such spaces."""
@@ -1126,7 +1116,7 @@ def test_varying_spaces():
 @pytest.mark.parametrize(
     "spaces, dtype",
     [
-        pytest.param([Discrete(2), Discrete(3)], np.int64, marks=XFAIL_DIFFERENT_SPACES),
+        ([Discrete(2), Discrete(3)], np.int64),
         ([Discrete(2, dtype=np.int16), Discrete(3, dtype=np.int32)], np.int32),
         ([Discrete(2, dtype=np.int32), Discrete(3), Discrete(1, dtype=np.int8)], np.int64),
         ([Discrete(1, dtype=np.int8), Discrete(5, dtype=np.int16)], np.int16),

@@ -200,3 +200,31 @@ def test_actions_must_be_arrays() -> None:
 
     with pytest.raises(TypeError, match="actions.*Text"):
         AsyncEnvPool([TextActions, TextActions], n_workers=1)
+
+
+class BoundedEnv(SpaceEnv):
+    """Box observations whose bound is the env's own."""
+
+    def __init__(self, high: float):
+        super().__init__("text", 3)
+        self.observation_space = spaces.Box(0, high, (2,), np.float32)
+
+
+def test_spaces_differing_in_bounds_only_need_the_different_observation_mode() -> None:
+    """As gymnasium's vector envs: the pool takes them (each env keeps its own space), "same" refuses them naming the
+    mode that takes them, "different" batches them with ``batch_differing_spaces``; SB3's view refuses them."""
+    from gymnasium.vector.utils import batch_differing_spaces
+
+    from sb3_async.env_pool import SpacesDifferError
+
+    highs = (1.0, 2.0, 3.0)
+    with AsyncEnvPool([lambda high=high: BoundedEnv(high) for high in highs], n_workers=1) as pool:
+        assert [pool.observation_space(i).high[0] for i in range(3)] == list(highs)
+        with pytest.raises(SpacesDifferError, match="env 1 has observation space.*observation_mode='different'"):
+            pool.as_gym_vector_env()
+        with pytest.raises(SpacesDifferError, match="SB3's VecEnvs take envs of one observation space"):
+            pool.as_vec_env()
+        envs = pool.as_gym_vector_env(observation_mode="different")
+        assert envs.observation_space == batch_differing_spaces([spaces.Box(0, high, (2,), np.float32) for high in highs])
+        observations, _ = envs.reset(seed=0)
+        assert observations in envs.observation_space

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["FINAL_INFO", "FINAL_OBS", "OBJECTS", "SharedBuffers", "SpaceArrays", "space_leaves"]
+__all__ = ["FINAL_INFO", "FINAL_OBS", "OBJECTS", "SharedBuffers", "SpaceArrays", "same_layout", "space_leaves"]
 
 #: Keys the same-step autoreset adds to an ended env's info (gymnasium 1.x's names for its same-step vector mode):
 #: the env workers write them, the views read them.
@@ -85,6 +85,12 @@ def space_leaves(space: spaces.Space, what: str, objects: bool = True) -> list[t
         sub = _subspace(space, path)
         leaves.append((path, tuple(sub.shape or ()), np.dtype(sub.dtype)))
     return leaves
+
+
+def same_layout(a: spaces.Space, b: spaces.Space) -> bool:
+    """Whether values of ``a`` and ``b`` have the same layout: the same Dict keys and Tuple lengths, the same shapes
+    and dtypes of their array parts and the same places of their other parts (they may differ in bounds, counts...)."""
+    return _layout(a) == _layout(b) and space_leaves(a, "observations") == space_leaves(b, "observations")
 
 
 def _anonymous_fd(size: int) -> int:

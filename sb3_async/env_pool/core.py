@@ -284,9 +284,10 @@ class EnvPoolBase(RemoteCalls):
 
     # ---------------------------------------------------------------- spaces, agents
     def observation_space(self, agent: int) -> spaces.Space:
-        """The observation space of env ``agent`` (the same object for every env and every call)."""
+        """The observation space of env ``agent`` (the same object at every call): env 0's for every env, but for envs
+        whose spaces differ from it in values only (bounds, counts), not in the shapes and dtypes of their values."""
         self.check_ids([agent], "observation_space()")
-        return self._observation_space
+        return self._observation_spaces.get(agent, self._observation_space)
 
     def action_space(self, agent: int) -> spaces.Space:
         """The action space of env ``agent`` (the same object for every env and every call)."""

@@ -17,7 +17,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.error import ClosedEnvironmentError
 
-from sb3_async.env_pool.buffers import SharedBuffers
+from sb3_async.env_pool.buffers import SharedBuffers, same_layout
 from sb3_async.runtime.processes import WorkerError
 
 __all__ = ["EnvError", "PoolClosedError", "SpacesDifferError", "PoolGroups", "WorkerRespawned", "Workers"]
@@ -108,6 +108,9 @@ class PoolGroups:
         self._every_group = dict(enumerate(self._worker_ids))
         self._local: Any = None  # an EnvWorker or an EnvPoolGroup
         self._buffers_list: list[SharedBuffers] = []
+        #: The observation spaces of the envs whose space differs from env 0's in values only (bounds, counts), not in
+        #: the layout of its values (:meth:`_check_spaces`)
+        self._observation_spaces: dict[int, spaces.Space] = {}
         self._dead: dict[int, WorkerError] = {}
         # Step commands in flight per worker, answered in order: (send sequence number, the ids stepped)
         self._pending: list[deque[tuple[int, list[int]]]] = [deque() for _ in self._worker_ids]
@@ -118,6 +121,12 @@ class PoolGroups:
         self._seq = 0
         self._closed = False
         self._workers: Workers | None = None
+
+    def differing_observation_space(self) -> str | None:
+        """None when every env has env 0's observation space, else which env's differs, and how."""
+        for i, space in sorted(self._observation_spaces.items()):
+            return f"env {i} has observation space {space}, env 0 has {self._observation_space}"
+        return None
 
     @property
     def buffers(self) -> SharedBuffers:
@@ -145,7 +154,12 @@ class PoolGroups:
                 self._buffers = SharedBuffers(obs_space, act_space, self.n_envs)
                 self._buffers_list.append(self._buffers)
             elif obs_space != self._observation_space:
-                raise SpacesDifferError(f"Env {i} has observation space {obs_space}, env 0 has {self._observation_space}")
+                if not same_layout(obs_space, self._observation_space):
+                    raise SpacesDifferError(
+                        f"Env {i} has observation space {obs_space}, env 0 has {self._observation_space}: the envs' "
+                        "observations must have the same shapes and dtypes"
+                    )
+                self._observation_spaces[i] = obs_space
             elif act_space != self._action_space:
                 raise SpacesDifferError(f"Env {i} has action space {act_space}, env 0 has {self._action_space}")
         return self._buffers

@@ -17,9 +17,10 @@ from typing import Any, TypeVar
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from sb3_async.env_pool.core import EnvError, EnvPoolBase
+from sb3_async.env_pool.groups import SpacesDifferError
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
 
 __all__ = ["InvalidActionsError", "InvalidOptionsError", "PoolVectorEnv"]
@@ -106,6 +107,29 @@ def _raising_env_types(method: _Method) -> _Method:
     return wrapper  # type: ignore[return-value]
 
 
+def _observation_spaces(pool: EnvPoolBase, mode: Any) -> tuple[spaces.Space, spaces.Space]:
+    """The single and batch observation spaces of the view of ``pool`` in observation mode ``mode``."""
+    if isinstance(mode, tuple) and len(mode) == 2:
+        if not all(isinstance(space, spaces.Space) for space in mode):
+            raise TypeError(
+                f"Expected both elements of observation_mode to be Spaces, got {type(mode[0])} and {type(mode[1])}"
+            )
+        return mode[1], mode[0]  # gymnasium's order: (batch, single)
+    if mode == "same":
+        if (differs := pool.differing_observation_space()) is not None:
+            raise SpacesDifferError(
+                f"observation_mode='same' needs every env to have the same observation space: {differs}; "
+                "observation_mode='different' takes spaces that differ in bounds"
+            )
+        return pool.observation_space(0), batch_space(pool.observation_space(0), pool.n_envs)
+    if mode == "different":
+        return pool.observation_space(0), batch_differing_spaces([pool.observation_space(i) for i in range(pool.n_envs)])
+    raise ValueError(
+        "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch observation space, "
+        f"actual got {mode}"
+    )
+
+
 class PoolVectorEnv(VectorEnv):
     """Gymnasium's ``VectorEnv`` over an env pool: the batches, infos (a dict of arrays with ``_key`` masks) and
     autoreset of gymnasium's ``SyncVectorEnv`` for the same env factories and seeds, stepped by the pool's workers.
@@ -117,9 +141,18 @@ class PoolVectorEnv(VectorEnv):
         ends returns the reset observation, the last observation and info in ``infos["final_obs"]`` and
         ``infos["final_info"]``. Both need a pool with ``autoreset=True``. ``DISABLED``: an env that ended must be
         reset with ``reset(options={"reset_mask": mask})`` before its next step; it needs ``autoreset=False``
+    :param observation_mode: as gymnasium's vector envs: ``"same"`` (default), every env has env 0's observation
+        space (``SpacesDifferError``, a ``RuntimeError``, otherwise); ``"different"``, the envs' spaces may differ in
+        values (bounds, counts) but not in the shapes and dtypes of their values, the batch space is
+        ``batch_differing_spaces`` of them; or a tuple ``(batch observation space, single observation space)``
     """
 
-    def __init__(self, pool: EnvPoolBase, autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP):
+    def __init__(
+        self,
+        pool: EnvPoolBase,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        observation_mode: str | tuple[spaces.Space, spaces.Space] = "same",
+    ):
         if not isinstance(pool, EnvPoolBase):
             raise TypeError(f"pool must be an AsyncEnvPool, got {type(pool).__name__}")
         try:
@@ -134,9 +167,8 @@ class PoolVectorEnv(VectorEnv):
             )
         self.pool, self.autoreset_mode = pool, mode
         self.num_envs = pool.n_envs
-        self.single_observation_space = pool.observation_space(0)
+        self.single_observation_space, self.observation_space = _observation_spaces(pool, observation_mode)
         self.single_action_space = pool.action_space(0)
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.metadata = {**pool.get_attr("metadata", [0])[0], "autoreset_mode": mode}
         self.render_mode = pool.render_mode

@@ -20,7 +20,7 @@ env workers; the views import their libraries when asked for.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sb3_async.env_pool.core import EnvPoolBase
 
@@ -102,17 +102,22 @@ class AsyncEnvPool(EnvPoolBase):
 
         return PoolVecEnv(self)
 
-    def as_gym_vector_env(self, autoreset_mode: AutoresetMode | str = "NextStep") -> PoolVectorEnv:
+    def as_gym_vector_env(
+        self, autoreset_mode: AutoresetMode | str = "NextStep", observation_mode: str | tuple[Any, Any] = "same"
+    ) -> PoolVectorEnv:
         """This pool as a gymnasium ``VectorEnv`` (:class:`~sb3_async.env_pool.gym_vector.PoolVectorEnv`); closing it
         closes the pool.
 
         :param autoreset_mode: gymnasium's ``AutoresetMode`` or its value: ``"NextStep"`` (default, as gymnasium's
             vector envs) or ``"SameStep"`` (the pool's own, no step lost) with ``autoreset=True``; ``"Disabled"`` with
             ``autoreset=False`` (reset ended envs with ``reset(options={"reset_mask": mask})``)
+        :param observation_mode: as gymnasium's vector envs: ``"same"`` (default), ``"different"`` (envs whose
+            observation spaces differ in bounds or counts, not in the shapes and dtypes of their values) or a tuple
+            ``(batch space, single space)``
         """
         from sb3_async.env_pool.gym_vector import PoolVectorEnv
 
-        return PoolVectorEnv(self, autoreset_mode)
+        return PoolVectorEnv(self, autoreset_mode, observation_mode)
 
     def __enter__(self) -> AsyncEnvPool:
         return self

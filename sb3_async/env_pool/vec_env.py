@@ -17,6 +17,7 @@ from gymnasium import spaces
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
 from sb3_async.env_pool.core import EnvError, EnvPoolBase
+from sb3_async.env_pool.groups import SpacesDifferError
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
 from sb3_async.validation import check_int
 
@@ -68,6 +69,8 @@ class PoolVecEnv(VecEnv):
         if not pool.autoreset:
             raise ValueError("as_vec_env() needs an AsyncEnvPool with autoreset=True (SB3's VecEnv semantics)")
         _check_sb3_space(pool.observation_space(0))
+        if (differs := pool.differing_observation_space()) is not None:
+            raise SpacesDifferError(f"SB3's VecEnvs take envs of one observation space: {differs}")
         self.pool = pool
         super().__init__(pool.n_envs, pool.observation_space(0), pool.action_space(0))
         self._all_ids = list(range(self.num_envs))
