@@ -4,12 +4,11 @@
 Each test below names the gymnasium tests whose checks it ports (several gymnasium tests check the same behaviour of
 ``SyncVectorEnv`` and ``AsyncVectorEnv``: one port covers them). :data:`NOT_PORTED` lists those left out and why;
 :data:`PORTED` maps every other gymnasium test to its port, and ``test_every_gymnasium_vector_test_is_accounted_for``
-keeps the two complete. What the pool does not do is ported too, marked ``xfail(strict=False)`` with the reason: action
-spaces other than array spaces (Text, Graph, Sequence, OneOf, custom spaces are observations only).
+keeps the two complete.
 
 ``SB3_ASYNC_GYM_REFERENCE=sync python -m pytest -n0 tests/test_gymnasium_vector_tests.py`` runs the same tests against
-gymnasium's ``SyncVectorEnv`` instead: every test passes there (the xfail ones too, but for one of AsyncVectorEnv's
-own behaviours, skipped), which shows the ported checks are gymnasium's own.
+gymnasium's ``SyncVectorEnv`` instead: every test passes there (but for one of AsyncVectorEnv's own behaviours,
+skipped), which shows the ported checks are gymnasium's own.
 """
 
 from __future__ import annotations
@@ -38,11 +37,6 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 REFERENCE = os.environ.get("SB3_ASYNC_GYM_REFERENCE") == "sync"
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
-XFAIL_ACTION_SPACE = pytest.mark.xfail(
-    strict=False,
-    reason="action space not carried by the pool: its actions are array spaces (Box, Discrete, MultiDiscrete, "
-    "MultiBinary, alone or in Dicts and Tuples); Text, Graph, Sequence, OneOf and custom spaces are observations only",
-)
 
 # ---------------------------------------------------------------------------------------------------------- accounting
 #: The gymnasium tests (file::name) not ported, and why.
@@ -226,17 +220,6 @@ def fn_envs(n: int, **kwargs: Any) -> list[Callable[[], gym.Env]]:
     return [functools.partial(FnEnv, **kwargs) for _ in range(n)]
 
 
-_ARRAY_SPACES = (Box, Discrete, MultiDiscrete, MultiBinary)
-
-
-def pool_takes_actions_of(space: Space) -> bool:
-    """Whether the pool takes actions of ``space``: the array spaces, alone or in Dicts and Tuples at any depth."""
-    if type(space) in (Dict, Tuple):
-        subspaces = space.spaces.values() if isinstance(space, Dict) else space.spaces
-        return all(pool_takes_actions_of(sub) for sub in subspaces)
-    return type(space) in _ARRAY_SPACES
-
-
 class CustomSpace(Space):
     """A custom space of the numbers 0 to 10 (gymnasium's tests/vector/testing_utils.py ``CustomSpace``)."""
 
@@ -319,9 +302,7 @@ SPACES: list[Space] = [
     OneOf([MultiBinary(2), MultiDiscrete([2, 2])]),
 ]
 SPACE_IDS = [f"{s}{'-' + s.dtype.name if isinstance(s, MultiDiscrete) else ''}" for s in SPACES]
-ACTION_SPACE_PARAMS = [
-    pytest.param(s, id=i, marks=() if pool_takes_actions_of(s) else XFAIL_ACTION_SPACE) for s, i in zip(SPACES, SPACE_IDS)
-]
+ACTION_SPACE_PARAMS = [pytest.param(s, id=i) for s, i in zip(SPACES, SPACE_IDS)]
 
 
 def samples(space: Space, seed: int, count: int) -> list[Any]:
@@ -669,7 +650,6 @@ def custom_space_step(env: FnEnv, action: Any) -> tuple[str, float, bool, bool, 
     return f"step({action:s})", 0.0, False, False, {}
 
 
-@XFAIL_ACTION_SPACE
 def test_custom_space(make_vector):
     """Port of test_sync_vector_env.py::test_custom_space_sync_vector_env and
     test_async_vector_env.py::test_custom_space_async_vector_env: custom observation and action spaces are batched as

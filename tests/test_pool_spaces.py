@@ -192,14 +192,51 @@ def test_sb3_view_refuses_what_sb3_cannot_take_naming_the_gym_view() -> None:
         pool.as_vec_env()
 
 
-def test_actions_must_be_arrays() -> None:
-    class TextActions(SpaceEnv):
-        def __init__(self) -> None:
-            super().__init__("text", 3)
-            self.action_space = spaces.Text(4)
+class WordEnv(SpaceEnv):
+    """Text actions (and a custom space's, in a Dict with a Box): the observation repeats the action's word."""
 
-    with pytest.raises(TypeError, match="actions.*Text"):
-        AsyncEnvPool([TextActions, TextActions], n_workers=1)
+    def __init__(self) -> None:
+        super().__init__("text", 100)  # no episode ends in the test: each observation answers the action
+        self.action_space = spaces.Dict({"word": spaces.Text(6), "odd": Odd(), "x": spaces.Box(-1, 1, (1,), np.float32)})
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.t += 1
+        word = f"{action['word']}{action['odd']['odd']}"[:8]
+        return word, float(action["x"][0]), False, self.t >= self.length, {}
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        pytest.param(dict(n_workers=2), id="processes"),
+        pytest.param(dict(n_workers=1, local_envs=1), id="local"),
+        pytest.param(
+            dict(n_workers=1, backend="ray", backend_kwargs={"init_kwargs": {"num_cpus": 2}}), id="ray", marks=pytest.mark.ray
+        ),
+    ],
+)
+def test_actions_that_are_not_arrays_reach_the_envs(layout: dict[str, Any]) -> None:
+    """The actions' parts that are not arrays travel with the step (the pool's API, both autoreset modes of the gym
+    view, send/recv), and reach each env once, as given."""
+    if layout.get("backend") == "ray":
+        pytest.importorskip("ray")
+    space = WordEnv().action_space
+    space.seed(0)
+    with AsyncEnvPool([WordEnv] * 3, **layout) as pool:
+        pool.reset(seed=0)
+        for t in range(4):
+            actions = {i: space.sample() for i in range(3)}
+            observations, rewards, *_ = pool.step(actions)
+            for i, action in actions.items():
+                assert observations[i] == f"{action['word']}{action['odd']['odd']}"[:8], (t, i)
+                assert rewards[i] == pytest.approx(float(action["x"][0]))
+        pool.reset()
+        envs = pool.as_gym_vector_env("SameStep")
+        for _ in range(4):
+            batch = envs.action_space.sample()
+            observations, rewards, *_ = envs.step(batch)
+            assert observations == tuple(f"{w}{o['odd']}"[:8] for w, o in zip(batch["word"], batch["odd"]))
+            np.testing.assert_allclose(rewards, batch["x"][:, 0])
 
 
 class BoundedEnv(SpaceEnv):

@@ -8,8 +8,8 @@ between a step's command and its reply, the main process otherwise.
 
 Observations of any gymnasium space: their array parts (Box, Discrete, MultiDiscrete, MultiBinary, in Dicts and
 Tuples at any depth) live in the mapping; their other parts (Text, Graph, Sequence, OneOf, custom spaces) travel
-pickled with the worker's reply, under the info key :data:`OBJECTS`. Actions must be array spaces, alone or in Dicts
-and Tuples.
+pickled with the worker's reply, under the info key :data:`OBJECTS`. Actions alike: the other parts of the actions
+written since the last step travel pickled with the step's command.
 """
 
 from __future__ import annotations
@@ -235,12 +235,15 @@ class SpaceArrays:
             return batch
         return _with_row(self._layout, batch, k, value)
 
-    def take_objects(self) -> dict[int, dict[Path, Any]]:
-        """The object values written since the last call, per env (``track_objects``): what a worker sends."""
+    def take_objects(self, ids: Sequence[int] | None = None) -> dict[int, dict[Path, Any]]:
+        """The object values written since they were last taken, per env (``track_objects``), of the envs ``ids``
+        (default: all): what a worker sends with its reply, and the pool with a step."""
         if not self._written:
             return {}
-        written, self._written = self._written, {}
-        return written
+        if ids is None:
+            written, self._written = self._written, {}
+            return written
+        return {i: self._written.pop(i) for i in ids if i in self._written}
 
     def put_objects(self, i: int, values: dict[Path, Any]) -> None:
         """Store env ``i``'s object values that its worker sent (:meth:`take_objects`)."""
@@ -280,6 +283,8 @@ class SharedBuffers:
     :param fd: an existing mapping's file descriptor (in a worker); None creates one
     :param track_objects: record the values of the observations' object leaves that the envs write, for the worker
         process to send them (:meth:`SpaceArrays.take_objects`)
+    :param track_actions: record the values of the actions' object leaves written, for the pool to send them to the
+        workers with the step
     """
 
     def __init__(
@@ -289,11 +294,12 @@ class SharedBuffers:
         n_envs: int,
         fd: int | None = None,
         track_objects: bool = False,
+        track_actions: bool = False,
     ):
         self.n_envs = n_envs
         fields: dict[str, list[tuple[Any, tuple[int, ...], np.dtype]]] = {
             "obs": space_leaves(observation_space, "observations"),
-            "actions": space_leaves(action_space, "actions", objects=False),
+            "actions": space_leaves(action_space, "actions"),
             "scalars": [
                 ("rewards", (), np.dtype(np.float64)),
                 ("terminated", (), np.dtype(np.bool_)),
@@ -319,7 +325,7 @@ class SharedBuffers:
             }
 
         self.obs = SpaceArrays(observation_space, arrays("obs"), n_envs, track_objects)
-        self.actions = SpaceArrays(action_space, arrays("actions"), n_envs)
+        self.actions = SpaceArrays(action_space, arrays("actions"), n_envs, track_actions)
         scalars = arrays("scalars")
         self.rewards, self.terminated, self.truncated = scalars["rewards"], scalars["terminated"], scalars["truncated"]
         #: ``(rewards, terminated, truncated)``, in that order

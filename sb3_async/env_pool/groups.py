@@ -151,7 +151,7 @@ class PoolGroups:
         for i, obs_space, act_space in data:
             if i == 0 and not self._buffers_list:  # the first env at start: a respawned worker 0 maps the same buffers
                 self._observation_space, self._action_space = obs_space, act_space
-                self._buffers = SharedBuffers(obs_space, act_space, self.n_envs)
+                self._buffers = SharedBuffers(obs_space, act_space, self.n_envs, track_actions=True)
                 self._buffers_list.append(self._buffers)
             elif obs_space != self._observation_space:
                 if not same_layout(obs_space, self._observation_space):

@@ -278,7 +278,10 @@ class PoolVectorEnv(VectorEnv):
             raise InvalidActionsError(
                 f"Invalid actions {actions!r}: expected a batch of {self.action_space} ({error})"
             ) from None
-        if self.action_space.contains(checked):
+        try:
+            if self.action_space.contains(checked):
+                return checked
+        except Exception:  # a custom space whose contains() cannot judge them: the envs will (gymnasium never checks)
             return checked
         for i in self._all_ids:  # name the first bad one; an env that only resets at this step ignores its action
             if i not in self._autoreset:
@@ -339,14 +342,19 @@ class PoolVectorEnv(VectorEnv):
 
 
 def _batch(space: spaces.Space, value: Any, n: int) -> Any:
-    """A batch of ``n`` values of an array space, or of a Dict or Tuple of them at any depth, as the pool's buffers
-    take it: an array of the space's dtype per leaf (an integer space refuses floats), in dicts and tuples."""
+    """A batch of ``n`` values of a space as the pool's buffers take it: an array of the space's dtype per array leaf
+    (an integer space refuses floats), a tuple of ``n`` values per other leaf, in dicts and tuples at any depth."""
     if isinstance(space, spaces.Dict):
         return {key: _batch(sub, value[key], n) for key, sub in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
         if len(value) != len(space.spaces):
             raise ValueError(f"{len(value)} parts, expected {len(space.spaces)}")
         return tuple(_batch(sub, value[k], n) for k, sub in enumerate(space.spaces))
+    if not isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        values = tuple(value)  # Text, Graph, Sequence, OneOf, a custom space: one value per env, as batch_space has it
+        if len(values) != n:
+            raise ValueError(f"{len(values)} values for {n} envs of {space}")
+        return values
     array = np.asarray(value)
     kinds = "biuf" if isinstance(space, spaces.Box) else "biu"
     if array.shape != (n, *(space.shape or ())) or array.dtype.kind not in kinds:

@@ -22,7 +22,7 @@ import cloudpickle
 
 from sb3_async.env_pool.buffers import SharedBuffers
 from sb3_async.env_pool.info_codec import PACKED, InfoUnpacker
-from sb3_async.env_pool.worker import env_worker_main, step_message
+from sb3_async.env_pool.worker import dumps, env_worker_main, step_message
 from sb3_async.runtime.processes import process_context, start_process, stop_processes
 
 __all__ = ["ProcessWorkers"]
@@ -74,6 +74,7 @@ class ProcessWorkers:
         # Per worker, a poll of its pipe and its process sentinel (a dead worker's child may hold its pipe open)
         self._polls: list[Any] = [None] * n_workers
         self._unpackers = [InfoUnpacker() for _ in range(n_workers)]  # the info schemas each worker announced
+        self._ids: list[list[int]] = [[] for _ in range(n_workers)]  # each worker's envs
 
     def start(self, w: int, ids: list[int], factories_blob: bytes) -> None:
         """Start worker ``w``; its first reply is its envs' spaces."""
@@ -96,14 +97,16 @@ class ProcessWorkers:
         """Give worker ``w`` the shared buffers (their descriptor travels over its pipe)."""
         reduction.send_handle(self._conns[w], buffers.fd, self._procs[w].pid)
         self._conns[w].send(buffers.n_envs)
+        self._ids[w] = list(ids)
 
     def step(self, w: int, ids: list[int] | None, restarts: dict[int, str] | None, buffers: SharedBuffers) -> None:
         """Start a step of worker ``w``'s envs ``ids`` (None: all of them), their actions in the buffers.
 
         :raises OSError: the worker's pipe is broken (it died)
         """
-        if restarts:
-            self._conns[w].send(("step", (ids, restarts)))
+        objects = buffers.actions.take_objects(self._ids[w] if ids is None else ids) if buffers.actions.objects else None
+        if restarts or objects:  # the actions' parts that are not arrays travel with the command
+            self._conns[w].send_bytes(dumps(("step", (ids, restarts, objects))))
         else:
             self._conns[w].send_bytes(step_message(ids))
         self._busy[w] += 1

@@ -338,8 +338,10 @@ def _serve(worker: EnvWorker, conn: Connection) -> None:
                 reply(dumps(("schema", (packed, infos))))
             continue
         command, data = pickle.loads(message)
-        if command == "step":  # with envs to report restarted
-            ids, restarts = data
+        if command == "step":  # with envs to report restarted, or actions that are not only arrays
+            ids, restarts, objects = data
+            for i, values in (objects or {}).items():
+                worker.buffers.actions.put_objects(i, values)
             reply(dumps(("step", with_objects(worker.step(every_id if ids is None else ids, restarts)))))
         elif command == "reset":
             reply(dumps(("reset", with_objects(worker.reset(data)))))
