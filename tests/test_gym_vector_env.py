@@ -271,3 +271,21 @@ def test_next_step_autoreset_ignores_the_resetting_envs_action():
             vec.step(actions)  # now it is stepped: refused
     finally:
         vec.close()
+
+
+class _RaisesOnStep(gym.Wrapper):
+    """An env whose step raises an exception with a message of several lines, of a type of its own module."""
+
+    def step(self, action):
+        raise gym.error.InvalidAction("first line\nlast line: not a type name")
+
+
+def test_an_env_exception_keeps_its_type_whatever_its_message():
+    """The worker names the type it raised: the view raises an EnvError of that type too, even when the message's last
+    line looks like nothing (or like another type)."""
+    with AsyncEnvPool([lambda: _RaisesOnStep(gym.make("CartPole-v1"))] * 2, n_workers=1) as pool:
+        envs = pool.as_gym_vector_env()
+        envs.reset(seed=0)
+        with pytest.raises(gym.error.InvalidAction, match="first line") as caught:
+            envs.step(np.zeros(2, dtype=np.int64))
+        assert isinstance(caught.value, EnvError) and caught.value.env_id == 0

@@ -17,6 +17,7 @@ import contextlib
 import copy
 import pickle
 import signal
+import sys
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,16 +39,33 @@ __all__ = [
     "FINAL_OBS",
     "STEP",
     "EnvFactory",
+    "EnvTraceback",
     "EnvWorker",
     "Missing",
     "copy_info",
     "env_worker_main",
+    "format_error",
     "step_message",
 ]
 
 EnvFactory = Callable[[], gym.Env]
 #: First byte of a step command to a worker process (a pickle starts with b"\x80", so it cannot be one).
 STEP = b"S"
+
+
+class EnvTraceback(str):
+    """A traceback formatted in the worker, which also names the type of the exception it ends with
+    (:attr:`raised`, ``"module.qualname"``: a name, so that it unpickles where that module is not imported)."""
+
+    raised: str = ""
+
+
+def format_error() -> EnvTraceback:
+    """The exception being handled: its traceback, with its type's name."""
+    kind = sys.exc_info()[0]
+    text = EnvTraceback(traceback.format_exc())
+    text.raised = f"{kind.__module__}.{kind.__qualname__}" if kind is not None else ""
+    return text
 
 
 def step_message(ids: Sequence[int] | None) -> bytes:
@@ -187,7 +205,7 @@ class EnvWorker:
                 if info:
                     infos[i] = copy_info(info) if copy_infos else info
             except Exception:
-                error = traceback.format_exc()
+                error = format_error()
                 if self.on_error == "raise":
                     errors[i] = error
                     continue
@@ -216,7 +234,7 @@ class EnvWorker:
                     step_infos = {i: copy_info(info) for i, info in step_infos.items()}
                 infos.update(step_infos)
             except Exception:
-                error = traceback.format_exc()
+                error = format_error()
                 if self.on_error == "raise":
                     errors.update(dict.fromkeys(slots, error))
                     continue
@@ -253,7 +271,7 @@ class EnvWorker:
                     errors.pop(i, None)
                     break
                 except Exception:
-                    errors[i] = traceback.format_exc()
+                    errors[i] = format_error()
                     if attempt == 0 and self.on_error == "restart":
                         try:
                             self.rebuild(i)
@@ -267,7 +285,8 @@ class EnvWorker:
 
         :return: ``(values, errors)``: one value per env that answered, the traceback of each that raised
         """
-        values, errors = [], {}
+        values: list[Any] = []
+        errors: dict[int, str] = {}
         for i in ids:
             env = self.envs[i]
             try:
@@ -292,9 +311,9 @@ class EnvWorker:
                 if what == "get_attr":  # the parent raises AttributeError, as VecEnv callers expect
                     values.append(Missing(str(error)))
                 else:
-                    errors[i] = traceback.format_exc()
+                    errors[i] = format_error()
             except Exception:
-                errors[i] = traceback.format_exc()
+                errors[i] = format_error()
         return values, errors
 
 
