@@ -265,7 +265,7 @@ class AsyncAlgorithm(WorkerSupervision, SharedNormalization, AtomicSaves):
         return _snapshot(super().get_parameters())
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_given_env_recipe", "_train_stats", "_runtime"]
+        return [*super()._excluded_save_params(), "_given_env_recipe", "_train_stats", "_async_metrics", "_runtime"]
 
     def _setup_model(self) -> None:
         # Runs again in load(), after the saved attributes replaced ours: an env given to load() wins.

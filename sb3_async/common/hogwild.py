@@ -9,7 +9,9 @@ in the loss, so the rest lives here:
   paper's lock-free one, shares parameters and optimizer statistics with the workers and saves both with the model;
 * workers: :class:`HogwildWorker` builds the env copies, the private policy θ', the optimizer view on the shared
   statistics and the statistics reporter; runs the segment loop (:meth:`HogwildWorker.collect`, time-limit
-  truncations bootstrapped) and applies updates (:meth:`HogwildWorker.apply_gradients`).
+  truncations bootstrapped) and applies updates (:meth:`HogwildWorker.apply_gradients`), reporting each update's
+  policy lag: the shared updates other workers applied between θ' = θ and its own (one counter slot per worker,
+  ``shared["updates"]``, summed: no lost increments, no lock).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from sb3_async.validation import check_float
 
 #: How the shared entries of gradient-sharing workers cross machines (``backend="ray"``: Hogwild on each machine's own
 #: copy): θ merged (:attr:`WorkerSpec.synced`), the optimizer statistics per machine (:attr:`WorkerSpec.averaged`).
-HOGWILD_ENTRIES: dict[str, tuple[str, ...]] = dict(synced=("params",), averaged=("optimizer_state",))
+HOGWILD_ENTRIES: dict[str, tuple[str, ...]] = dict(synced=("params", "updates"), averaged=("optimizer_state",))
 
 
 def stack_steps(items: list[Any]) -> Any:
@@ -101,6 +103,10 @@ class HogwildWorker:
         )
         self.env_offset = ctx.rank * cfg.n_envs  # global index of the worker's first env
         self.reporter = StatsReporter(ctx, env_offset=self.env_offset)
+        # shared updates applied by each worker (slot `rank` written by worker `rank` alone); their sum counts them all
+        self.update_counts: torch.Tensor = ctx.shared["updates"]
+        self._own_updates = int(self.update_counts[ctx.rank])
+        self._updates_at_snapshot = int(self.update_counts.sum())
         self.obs = self.env.reset()
         check_finite_observations(self.obs, self.env_offset)
         # whether each env's current observation starts an episode (recurrent policies reset their state there);
@@ -108,7 +114,9 @@ class HogwildWorker:
         self.episode_starts = np.ones(cfg.n_envs, dtype=bool)
 
     def synchronize(self) -> None:
-        """θ' = θ."""
+        """θ' = θ, noting how many shared updates θ had seen (read first: an update counted later may be partly in θ',
+        and counts as lag)."""
+        self._updates_at_snapshot = int(self.update_counts.sum())
         with torch.no_grad():
             torch._foreach_copy_(self.local_params, self.shared_params)
 
@@ -155,7 +163,8 @@ class HogwildWorker:
         return segment
 
     def apply_gradients(self, loss: torch.Tensor, n_steps: int, after_backward: Callable[[], None] | None = None) -> int:
-        """Backpropagate ``loss`` into θ', clip, apply dθ to θ without locks; count the steps. Returns the global T.
+        """Backpropagate ``loss`` into θ', clip, apply dθ to θ without locks; count the steps and the update, report
+        its policy lag (shared updates since :meth:`synchronize`). Returns the global T.
 
         :param after_backward: completes the gradients after ``loss.backward()`` (the part of θ' the loss's graph
             does not reach, backpropagated by hand)
@@ -168,7 +177,11 @@ class HogwildWorker:
         if self.cfg.max_grad_norm is not None:
             clip_grad_norm(self.local_params, self.cfg.max_grad_norm)
         grads = [param.grad if param.grad is not None else torch.zeros_like(param) for param in self.local_params]
+        lag = int(self.update_counts.sum()) - self._updates_at_snapshot
         self.optimizer.step(grads, self.cfg.lr_schedule(self.ctx.progress_remaining))
+        self._own_updates += 1
+        self.update_counts[self.ctx.rank] = self._own_updates  # counted once applied
+        self.reporter.record_update(lag)
         return self.ctx.add_steps(n_steps * self.cfg.n_envs)
 
     def close(self) -> None:
@@ -209,6 +222,14 @@ class HogwildAlgorithm(AsyncAlgorithm):
         kwargs.setdefault("device", "cpu")
         super().__init__(*args, **kwargs)
 
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_update_counts"]
+
+    def _shared_updates(self) -> int | None:
+        """Updates the workers applied to θ in this ``learn()`` call (see :mod:`sb3_async.common.async_metrics`)."""
+        counts = getattr(self, "_update_counts", None)
+        return None if counts is None else int(counts.sum())
+
     def _trained_module(self) -> nn.Module:
         """The module whose parameters θ the workers update (default: the whole policy)."""
         return self.policy
@@ -223,6 +244,7 @@ class HogwildAlgorithm(AsyncAlgorithm):
         return ["policy", "policy.optimizer"], []
 
     def _share_state(self) -> None:
+        self._update_counts = torch.zeros(self.n_workers, dtype=torch.int64).share_memory_()  # one slot per worker
         self.policy.share_memory()
         as_async_optimizer(self.policy.optimizer).share_memory()
 
@@ -237,8 +259,9 @@ class HogwildAlgorithm(AsyncAlgorithm):
         )
 
     def _hogwild_shared(self) -> dict[str, Any]:
-        """The shared tensors every gradient-sharing worker needs: θ and the optimizer statistics."""
+        """The shared tensors every gradient-sharing worker needs: θ, the optimizer statistics and the update counts."""
         return {
             "params": list(self._trained_module().parameters()),
             "optimizer_state": as_async_optimizer(self.policy.optimizer).state_tensors(),
+            "updates": self._update_counts,
         }

@@ -5,7 +5,8 @@ per ``n_envs`` steps (with the usual ``dones`` / ``infos`` / ``new_obs`` locals)
 writes the logs, and stops the workers when a callback asks to. What an algorithm adds to this loop are hooks:
 :meth:`~WorkerSupervision._learner_step` (Ape-X's learner), :meth:`~WorkerSupervision._on_message` (messages other
 than ``"stats"``), :meth:`~WorkerSupervision._on_worker_error` (Ape-X restarts a dead actor) and
-:meth:`~WorkerSupervision._log_extra`.
+:meth:`~WorkerSupervision._log_extra` and :meth:`~WorkerSupervision._shared_updates` (the gradient-sharing algorithms'
+update count, which turns on the ``async/`` keys of :mod:`sb3_async.common.async_metrics`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import safe_mean
 
+from sb3_async.common.async_metrics import AsyncMetrics
 from sb3_async.common.worker_side import read_obs
 from sb3_async.runtime import Runtime
 from sb3_async.runtime.processes import WorkerError
@@ -35,6 +37,8 @@ class WorkerSupervision(BaseAlgorithm):
 
     #: The latest training metrics of each worker (``"stats"`` messages), averaged over the workers in the logs.
     _train_stats: dict[int, dict[str, float]]
+    #: The ``async/`` metrics since the last log, during a ``learn()`` call of an algorithm that counts its updates.
+    _async_metrics: AsyncMetrics | None = None
 
     def _supervise(
         self, runtime: Runtime, callback: BaseCallback, total_timesteps: int, log_interval: int, latest_obs: Any
@@ -55,6 +59,8 @@ class WorkerSupervision(BaseAlgorithm):
         iteration_steps = self._iteration_steps()
         next_log = start + iteration_steps * log_interval
         self._train_stats = {}
+        updates = self._shared_updates()
+        self._async_metrics = None if updates is None else AsyncMetrics(start, updates)
         stopping, stop_deadline = False, math.inf
         while True:
             try:
@@ -69,6 +75,8 @@ class WorkerSupervision(BaseAlgorithm):
                         waiting.add(env_index)
                     if data["train"]:
                         self._train_stats[rank] = data["train"]
+                    if "lags" in data and self._async_metrics is not None:
+                        self._async_metrics.add_lags(data["lags"])
                 else:
                     self._on_message(rank, kind, data)
             target = start + runtime.steps()
@@ -133,11 +141,17 @@ class WorkerSupervision(BaseAlgorithm):
     def _log_extra(self) -> None:
         """Record algorithm-specific values before a log dump."""
 
+    def _shared_updates(self) -> int | None:
+        """Updates the workers applied to the shared parameters in this ``learn()`` call; None (default): the
+        algorithm does not count them, and logs no ``async/`` keys."""
+        return None
+
     # --- statistics and logs ------------------------------------------------------------------------------------
 
     def dump_logs(self) -> None:
         """Write the log (SB3's ``dump_logs()``, which ``LogEveryNTimesteps`` calls): rollout statistics, fps since
-        the start of this ``learn()`` call, and the workers' latest training metrics."""
+        the start of this ``learn()`` call, the workers' latest training metrics and the ``async/`` metrics since the
+        last log."""
         elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
         fps = int((self.num_timesteps - self._num_timesteps_at_start) / elapsed)
         assert self.ep_info_buffer is not None
@@ -154,6 +168,8 @@ class WorkerSupervision(BaseAlgorithm):
         for key in keys:
             values = [stats[key] for stats in self._train_stats.values() if key in stats]
             self.logger.record(f"train/{key}", float(np.mean(values)))
+        if self._async_metrics is not None:
+            self._async_metrics.record(self.logger, self.num_timesteps, self._shared_updates() or 0)
         self._log_extra()
         self.logger.dump(step=self.num_timesteps)
 

@@ -68,8 +68,9 @@ def read_obs(buffer: Any) -> Any:
 
 
 class StatsReporter:
-    """Worker side of the statistics flow: episodes and training metrics sent in batches, the latest observation
-    written to shared memory (``ctx.shared["latest_obs"]``, the callbacks' ``new_obs``) at the same rhythm.
+    """Worker side of the statistics flow: episodes, training metrics and the policy lag of the worker's updates
+    (:meth:`record_update`) sent in batches, the latest observation written to shared memory
+    (``ctx.shared["latest_obs"]``, the callbacks' ``new_obs``) at the same rhythm.
 
     :param ctx: the worker's context
     :param env_offset: global index of this worker's first env
@@ -81,6 +82,7 @@ class StatsReporter:
         self._episodes: list[tuple[int, dict[str, Any]]] = []
         self._train: dict[str, float] = {}
         self._counts: dict[str, int] = {}
+        self._lags = [0, 0, 0]  # updates applied, sum and max of their policy lags, since the last message
         self._next = time.monotonic() + interval
         self._obs_buffer = ctx.shared.get("latest_obs")
 
@@ -99,6 +101,12 @@ class StatsReporter:
             self._train[key] = self._train.get(key, 0.0) + float(value)
             self._counts[key] = self._counts.get(key, 0) + 1
 
+    def record_update(self, lag: int) -> None:
+        """Count one update applied to the shared parameters, ``lag`` shared updates after its parameter snapshot."""
+        self._lags[0] += 1
+        self._lags[1] += lag
+        self._lags[2] = max(self._lags[2], lag)
+
     def maybe_flush(self, obs: Any, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now < self._next:
@@ -107,8 +115,11 @@ class StatsReporter:
         train = {key: value / self._counts[key] for key, value in self._train.items()}
         if self._obs_buffer is not None:
             write_obs(self._obs_buffer, self.env_offset, obs)
-        self.ctx.send("stats", dict(episodes=self._episodes, train=train))
-        self._episodes, self._train, self._counts = [], {}, {}
+        message: dict[str, Any] = dict(episodes=self._episodes, train=train)
+        if self._lags[0]:
+            message["lags"] = self._lags
+        self.ctx.send("stats", message)
+        self._episodes, self._train, self._counts, self._lags = [], {}, {}, [0, 0, 0]
 
 
 def make_worker_envs(ctx: WorkerContext, cfg: WorkerPolicyConfig) -> VecEnv:
