@@ -19,7 +19,8 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 from stable_baselines3.dqn.policies import DQNPolicy
 
-from sb3_async import A3C, ApeXDQN, AsyncNStepQ, MnihCNN
+from sb3_async import A3C, AEDDPG, ApeXDQN, AsyncNStepQ, MnihCNN
+from sb3_async.common.callbacks import LiveProgressBar
 from tests.helpers import ALGORITHM_NAMES, small_model
 
 
@@ -95,6 +96,34 @@ def test_progress_bar_and_evaluate_policy():
     model.learn(1000, progress_bar=True)
     mean, std = evaluate_policy(model, gym.make("CartPole-v1"), n_eval_episodes=2)
     assert mean > 0
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: A3C("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=2, seed=0),
+        lambda: AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=2, learning_starts=100, pool_kwargs=dict(n_workers=0), seed=0),
+    ],
+    ids=["A3C", "AEDDPG"],
+)
+def test_the_progress_bar_shows_steps_per_second_and_the_mean_return(make):
+    """``learn(progress_bar=True)`` uses LiveProgressBar; its description gives the env steps per second and, once an
+    episode ended, SB3's ep_rew_mean (the mean of the episodes the model keeps)."""
+    model = make()
+    callback = model._init_callback(None, progress_bar=True)
+    assert any(isinstance(item, LiveProgressBar) for item in callback.callbacks)
+
+    class Checked(LiveProgressBar):
+        def _on_step(self) -> bool:
+            super()._on_step()
+            self.expected = [info["r"] for info in self.model.ep_info_buffer]  # what the description was made of
+            return True
+
+    bar = Checked(interval=0.0)  # a description at every step
+    model.learn(1000, callback=bar)
+    rate, mean = bar.pbar.desc.split(", ")
+    assert rate.endswith(" steps/s") and float(rate.split()[0].replace(",", "")) > 0
+    assert mean == f"ep_rew_mean {float(np.mean(bar.expected)):.4g}"
 
 
 def test_atari_vec_env_template():

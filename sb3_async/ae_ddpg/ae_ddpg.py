@@ -38,6 +38,7 @@ from sb3_async.ae_ddpg.collector import EpisodeCaches, PoolCollection
 from sb3_async.ae_ddpg.pool_env import PAPER_N_ENVS, make_pool_vec_env
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
+from sb3_async.common.callbacks import LiveProgress
 from sb3_async.common.dpg import ddpg_policy_kwargs, dpg_update
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
@@ -90,7 +91,7 @@ def weighted_critic_loss(q_values: th.Tensor, targets: th.Tensor, weights: th.Te
     return weighted_squared_loss(targets - q_values, weights, scale=1.0)
 
 
-class AEDDPG(AtomicReplaySaves, PoolCollection, TD3):
+class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
     """
     Asynchronous Episodic DDPG (`Zhang et al. <https://arxiv.org/abs/1903.00827>`_): one actor-critic pair, ``n_envs``
     envs stepped asynchronously (§IV-A), episodic dual replay (§IV-B, Algorithms 1 and 2) and random-walk action noise

@@ -26,7 +26,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
-from sb3_async.common.callbacks import frozen_evaluations, show_final_timesteps
+from sb3_async.common.callbacks import LiveProgress, frozen_evaluations, show_final_timesteps
 from sb3_async.common.normalization import load_statistics_state
 from sb3_async.common.normalization_sharing import SharedNormalization
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_observation_space
@@ -92,7 +92,7 @@ def _snapshot(value: Any) -> Any:
     return value
 
 
-class AsyncAlgorithm(WorkerSupervision, SharedNormalization, AtomicSaves):
+class AsyncAlgorithm(LiveProgress, WorkerSupervision, SharedNormalization, AtomicSaves):
     """Base class of the asynchronous algorithms: SB3's ``learn()`` contract on top of the runtime.
 
     :param policy: policy class or alias (``"MlpPolicy"``, ``"CnnPolicy"``, ...)

@@ -15,15 +15,26 @@ one set of parameters. Between evaluations the workers run at full speed. If the
 one evaluated. The wrapping is removed when ``learn()`` ends.
 
 An algorithm opts out with ``pause_for_eval=False``: evaluations then run while the workers train.
+
+``learn(progress_bar=True)`` shows :class:`LiveProgressBar` (:class:`LiveProgress`): SB3's bar, with the env steps
+per second and the latest mean episode return beside it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from stable_baselines3.common.callbacks import BaseCallback, EvalCallback
+import numpy as np
+from stable_baselines3.common.callbacks import (
+    BaseCallback,
+    CallbackList,
+    ConvertCallback,
+    EvalCallback,
+    ProgressBarCallback,
+)
 
 
 def iter_callbacks(callback: BaseCallback) -> Iterator[BaseCallback]:
@@ -111,3 +122,53 @@ def _frozen_on_step(model: Any, callback: EvalCallback, on_step: Callable[[], bo
             depth[0] -= 1
 
     return frozen_on_step
+
+
+def progress_description(model: Any, seconds: float, steps: int) -> str:
+    """What the progress bar shows beside the bar: env steps per second over ``seconds`` (``steps`` taken in them) and
+    the mean return of the episodes in ``model.ep_info_buffer`` (SB3's ``rollout/ep_rew_mean``), once there is one."""
+    parts = [f"{steps / seconds:,.0f} steps/s"] if seconds > 0 else []
+    if model.ep_info_buffer:
+        parts.append(f"ep_rew_mean {float(np.mean([info['r'] for info in model.ep_info_buffer])):.4g}")
+    return ", ".join(parts)
+
+
+class LiveProgressBar(ProgressBarCallback):
+    """SB3's progress bar (tqdm and rich), with the env steps per second since ``learn()`` started and the latest mean
+    episode return as its description, refreshed at most every ``interval`` seconds.
+
+    :param interval: seconds between two refreshes of the description
+    """
+
+    def __init__(self, interval: float = 0.5):
+        super().__init__()
+        self.interval = interval
+
+    def _on_training_start(self) -> None:
+        super()._on_training_start()
+        self._start, self._start_steps = time.monotonic(), self.model.num_timesteps
+        self._next = self._start + self.interval
+
+    def _on_step(self) -> bool:
+        super()._on_step()
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.interval
+            self.pbar.set_description_str(
+                progress_description(self.model, now - self._start, self.model.num_timesteps - self._start_steps),
+                refresh=False,
+            )
+        return True
+
+
+class LiveProgress:
+    """Mixin of an algorithm whose ``learn(progress_bar=True)`` shows :class:`LiveProgressBar` in place of SB3's bar."""
+
+    def _init_callback(self, callback: Any, progress_bar: bool = False) -> BaseCallback:
+        if progress_bar:
+            if isinstance(callback, list):
+                callback = CallbackList(callback)
+            if not isinstance(callback, BaseCallback):
+                callback = ConvertCallback(callback)
+            callback = CallbackList([callback, LiveProgressBar()])
+        return super()._init_callback(callback, progress_bar=False)  # type: ignore[misc]
