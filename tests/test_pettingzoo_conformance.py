@@ -39,6 +39,7 @@ class EndCountingPool(AsyncEnvPool):
 
 
 def simple_spread(max_cycles: int) -> Any:
+    pytest.importorskip("mpe2")
     from mpe2 import simple_spread_v3
 
     return functools.partial(simple_spread_v3.parallel_env, max_cycles=max_cycles)
@@ -129,11 +130,11 @@ def test_parallel_seed_test_on_a_cartpole_pool():
         assert ends == {1} and len(lengths) == 1 and lengths.pop() > 5
 
 
-def test_parallel_seed_test_on_simple_spread_pools():
+@pytest.mark.parametrize("make", [simple_spread, pistonball])
+def test_parallel_seed_test_on_multi_agent_pools(make):
     """The utility's loop breaks on ``any(terminations)``, which tests the dict's keys (the slot ids 0..5, truthy
     beyond 0), so it compares the reset and one step only; the trajectories across episode ends are compared below."""
-    pytest.importorskip("mpe2")
-    with Pools([simple_spread(5), simple_spread(8)], n_workers=1, autoreset=False) as pools:
+    with Pools([make(5), make(8)], n_workers=1, autoreset=False) as pools:
         pettingzoo_test.parallel_seed_test(pools)
         assert [len(pool.step_sizes) for pool in pools.built] == [1, 1]
 
@@ -174,15 +175,16 @@ def test_seeded_multi_agent_pools_repeat_across_episode_ends():
 
 
 # ---------------------------------------------------------------------------------------------------- max_cycles_test
-def test_max_cycles_test_on_simple_spread_pools():
+@pytest.mark.parametrize("make", [simple_spread, pistonball])
+def test_max_cycles_test_on_multi_agent_pools(make):
     """``max_cycles_test(module)`` builds ``module.parallel_env(max_cycles=4)`` and ``module.env(max_cycles=4)`` (an
     AEC env: the pool through PettingZoo's ``parallel_to_aec``) and checks that the episode ends after 4 cycles, each
-    agent acting 4 times, then once more for its dead step."""
-    pytest.importorskip("mpe2")
+    agent acting 4 times, then once more for its dead step (3 agents per copy: simple_spread's, 3 pistons)."""
+    make(4)  # skips when the env's package is missing
     with Pools(n_envs=2, n_workers=1, autoreset=False) as pools:
 
         def parallel_env(max_cycles: int) -> EndCountingPool:
-            pools.args = (simple_spread(max_cycles),)
+            pools.args = (make(max_cycles),)
             return pools()
 
         module = types.SimpleNamespace(
