@@ -5,6 +5,8 @@ actions, in both autoreset modes; SB3's view refuses what SB3 cannot take, namin
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from typing import Any
 
@@ -82,6 +84,9 @@ class SpaceEnv(gym.Env):
             self.observation_space.seed(seed)
         self.t = 0
         return self.observation_space.sample(), {"t": self.t}
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         self.t += 1
@@ -173,6 +178,19 @@ def test_parallel_env_view_and_send_recv_carry_object_values() -> None:
                     assert_equal(obs[i], expected, f"step {t} env {i}")
                     assert space.contains(obs[i])
                     got[i] = obs[i]
+
+
+def test_a_respawned_worker_reports_the_last_observation_whole() -> None:
+    """on_error="restart": the episode a killed worker cut short ends with its last observation, object parts
+    included (the new worker never saw them), and the next observations are the new episode's."""
+    with AsyncEnvPool([lambda length=50: SpaceEnv("mixed", length)] * 2, n_workers=2, on_error="restart") as pool:
+        pool.reset(seed=0)
+        before, *_ = pool.step({0: 1, 1: 1})
+        os.kill(pool.call("pid", ids=[0])[0], signal.SIGKILL)
+        obs, _, _, truncations, infos = pool.step({0: 1, 1: 1})
+        assert truncations[0] and "SIGKILL" in infos[0]["error"]
+        assert_equal(infos[0]["final_obs"], before[0], "final obs")
+        assert pool.observation_space(0).contains(obs[0]) and not truncations[1]
 
 
 @pytest.mark.ray

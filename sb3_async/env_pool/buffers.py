@@ -235,6 +235,10 @@ class SpaceArrays:
             return batch
         return _with_row(self._layout, batch, k, value)
 
+    def with_stored_objects(self, value: Any, i: int) -> Any:
+        """``value`` with each of its object leaves replaced by the one stored for env ``i`` (its arrays kept)."""
+        return _with_objects(self._layout, value, self.objects, i)
+
     def take_objects(self, ids: Sequence[int] | None = None) -> dict[int, dict[Path, Any]]:
         """The object values written since they were last taken, per env (``track_objects``), of the envs ``ids``
         (default: all): what a worker sends with its reply, and the pool with a step."""
@@ -258,6 +262,17 @@ def _row(node: Node, batch: Any, k: int) -> Any:
     if kind == "dict":
         return {key: _row(child, batch[key], k) for key, child in content}
     return tuple(_row(child, batch[j], k) for j, child in enumerate(content))
+
+
+def _with_objects(node: Node, value: Any, objects: dict[Path, list[Any]], i: int) -> Any:
+    kind, content = node
+    if kind == "object":
+        return objects[content][i]
+    if kind == "array":
+        return value
+    if kind == "dict":
+        return {key: _with_objects(child, value[key], objects, i) for key, child in content}
+    return tuple(_with_objects(child, value[k], objects, i) for k, child in enumerate(content))
 
 
 def _with_row(node: Node, batch: Any, k: int, value: Any) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 
 import cloudpickle
 
-from sb3_async.env_pool.buffers import OBJECTS
+from sb3_async.env_pool.buffers import FINAL_OBS, OBJECTS
 from sb3_async.env_pool.groups import PoolGroups, WorkerRespawned
 from sb3_async.runtime.processes import WorkerError
 
@@ -47,10 +47,14 @@ class WorkerCrashes(PoolGroups):
 
     def _put_objects(self, infos: dict[int, dict]) -> None:
         """Store the values of the observations' object leaves that a worker process sent with its infos (and remove
-        them from the infos)."""
+        them from the infos). A respawned worker's report of an episode cut short carries the last observation with
+        object leaves it never saw: they are the ones stored here, from the worker that died."""
+        obs = self._buffers.obs
         for i, info in infos.items():
+            if "error" in info and FINAL_OBS in info:
+                info[FINAL_OBS] = obs.with_stored_objects(info[FINAL_OBS], i)
             if OBJECTS in info:
-                self._buffers.obs.put_objects(i, info.pop(OBJECTS))
+                obs.put_objects(i, info.pop(OBJECTS))
 
     def _worker_died(self, w: int, worker_traceback: str | None, lost: str | None = None) -> None:
         """Worker ``w`` raised (``worker_traceback``) or died (a Ray host: ``lost`` says how): respawn it
