@@ -15,8 +15,9 @@ from typing import Any
 
 __all__ = ["BACKENDS", "check_backend", "check_float", "check_int", "check_nonnegative", "check_replay_sizes"]
 
-#: Where the workers (or the env pool's envs) run: processes on this machine, or Ray actors on a Ray cluster.
-BACKENDS = ("mp", "ray")
+#: Where the workers (or the env pool's envs) run: processes on this machine, Ray actors on a Ray cluster, or (for
+#: debugging) every worker in the caller's process, one after another.
+BACKENDS = ("mp", "ray", "serial")
 
 
 def check_int(name: str, value: Any, minimum: int = 1, maximum: int | None = None, why: str = "") -> int:
@@ -56,13 +57,16 @@ def check_nonnegative(name: str, value: Any) -> float:
 
 def check_backend(backend: Any, backend_kwargs: Any) -> None:
     """``backend`` one of :data:`BACKENDS` (else ``ValueError``) and ``backend_kwargs`` a dict or None (else
-    ``TypeError``); ``"mp"`` takes no ``backend_kwargs`` (``ValueError``)."""
+    ``TypeError``); ``"mp"`` and ``"serial"`` take no ``backend_kwargs`` (``ValueError``)."""
     if backend not in BACKENDS:
         raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")
     if backend_kwargs is not None and not isinstance(backend_kwargs, dict):
         raise TypeError(f"Invalid backend_kwargs={backend_kwargs!r}: expected a dict or None")
-    if backend == "mp" and backend_kwargs:
-        raise ValueError(f"Invalid backend_kwargs={backend_kwargs!r}: backend='mp' takes none")
+    if backend in ("mp", "serial") and backend_kwargs:
+        names = ", ".join(map(str, backend_kwargs))
+        raise ValueError(
+            f"Invalid backend_kwargs={backend_kwargs!r}: backend={backend!r} takes none ({names}: options of backend='ray')"
+        )
 
 
 def check_replay_sizes(buffer_size: Any, batch_size: Any) -> tuple[int, int]:

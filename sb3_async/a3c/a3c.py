@@ -296,7 +296,8 @@ class A3C(HogwildAlgorithm):
         (momentum SGD), the three methods of supp. §1
     :param optimizer_kwargs: for the optimizer (see :class:`~sb3_async.common.optimizers.SharedRMSprop`:
         ``alpha=0.99`` from the paper, ``eps``, ``initial_square_avg``)
-    :param backend: ``"mp"`` (processes on this machine) or ``"ray"`` (a Ray cluster, ``pip install "sb3-async[ray]"``)
+    :param backend: ``"mp"`` (processes on this machine), ``"ray"`` (a Ray cluster, ``pip install "sb3-async[ray]"``)
+        or ``"serial"`` (every worker in this process, in turn: for debugging)
     :param backend_kwargs: the backend's options (see :class:`~sb3_async.common.async_algorithm.AsyncAlgorithm`)
     :param start_method: ``"forkserver"``, ``"spawn"`` or ``"fork"``
     :param pause_for_eval: park the workers while an ``EvalCallback`` evaluates inside ``learn()``, so it scores and

@@ -144,8 +144,9 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
         ``on_error``, ``env_kwargs``)
     :param backend: where the pool built from an id, factory or env steps its envs: ``"mp"`` (default), worker
         processes on this machine; ``"ray"``, Ray actors anywhere in a Ray cluster (``pip install "sb3-async[ray]"``),
-        the learner and the actor-critic staying in this process (see the pool's ``backend`` and docs/guide/ray.md). A
-        given pool keeps its own
+        the learner and the actor-critic staying in this process (see the pool's ``backend`` and docs/guide/ray.md);
+        ``"serial"``, every env in this process (the pool's ``n_workers=0``; ``pool_kwargs`` asking for worker
+        processes are refused), for debugging. A given pool keeps its own
     :param backend_kwargs: options of the backend (``"ray"``: ``address``, ``init_kwargs``, ``num_cpus_per_worker``,
         ``start_timeout``; see :class:`AsyncEnvPool`)
     :param stats_window_size: episodes in the rollout statistics

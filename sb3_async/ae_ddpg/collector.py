@@ -299,8 +299,10 @@ class PoolCollection(OffPolicyAlgorithm):
 
     def _pool_arguments(self) -> dict[str, Any]:
         """The :class:`AsyncEnvPool` arguments of the pools built here: ``pool_kwargs`` and the backend (a model saved
-        before AEDDPG had a backend loads as ``"mp"``)."""
+        before AEDDPG had a backend loads as ``"mp"``; ``"serial"``: a pool of ``n_workers=0``)."""
         backend = getattr(self, "backend", "mp")
+        if backend == "serial":  # every env stepped in this process: a pool without worker processes
+            return dict(self.pool_kwargs, n_workers=0, backend="mp", backend_kwargs=None)
         return dict(self.pool_kwargs, backend=backend, backend_kwargs=getattr(self, "backend_kwargs", None) or None)
 
     def _pool_env(self) -> PoolVecEnv:

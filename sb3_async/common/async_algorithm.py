@@ -104,7 +104,8 @@ class AsyncAlgorithm(LiveProgress, WorkerSupervision, SharedNormalization, Atomi
     :param n_workers: worker processes (the paper's actor-learner threads); default: the number of CPU cores
     :param n_envs_per_worker: envs stepped by each worker, their inference batched (1 as in the paper)
     :param backend: ``"mp"``: processes on this machine; ``"ray"``: Ray actors on a Ray cluster (``pip install
-        "sb3-async[ray]"``; see :class:`~sb3_async.runtime.ray_backend.RayRuntime`)
+        "sb3-async[ray]"``; see :class:`~sb3_async.runtime.ray_backend.RayRuntime`); ``"serial"``: every worker in this
+        process, one after another in a fixed order, for debugging (see :class:`~sb3_async.runtime.serial.SerialRuntime`)
     :param backend_kwargs: options of the backend (``"ray"``: ``address``, ``init_kwargs``, ``num_cpus_per_worker``,
         ``workers_per_actor``, ``sync_interval``, ``publish_interval``); default: none
     :param start_method: ``"forkserver"`` (default), ``"spawn"`` or ``"fork"``

@@ -8,6 +8,7 @@ callbacks' ``new_obs``. Both ends of that buffer live here, so its layout is def
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,11 +125,14 @@ class StatsReporter:
 
 def make_worker_envs(ctx: WorkerContext, cfg: WorkerPolicyConfig) -> VecEnv:
     """This worker's env copies (``cfg.n_envs``, seeded by rank; a ``VecNormalize`` among the wrappers updates the
-    statistics all workers share, in slot ``rank + 1``), their steps watched for ``cfg.step_timeout``."""
+    statistics all workers share, in slot ``rank + 1``), their steps watched for ``cfg.step_timeout`` in a worker
+    process."""
     env = cfg.env_recipe.make_vec_env(
         cfg.n_envs, ctx.base_seed + ctx.rank * cfg.n_envs, ctx.shared.get("normalization"), slot=ctx.rank + 1
     )
-    if cfg.step_timeout is not None:
+    # The watchdog interrupts a process' main thread (a signal): workers that are threads of the main process
+    # (backend="serial") step without it, so a breakpoint() in an env can wait as long as it likes.
+    if cfg.step_timeout is not None and threading.current_thread() is threading.main_thread():
         inner = env.unwrapped
         if isinstance(inner, WorkerVecEnv):
             first = ctx.rank * cfg.n_envs  # the global index of the worker's first env

@@ -240,6 +240,11 @@ class EnvPoolBase(RemoteCalls):
         if not isinstance(autoreset, bool):
             raise TypeError(f"autoreset must be a bool, got {autoreset!r}")
         self.autoreset, self.on_error, self.start_method = autoreset, on_error, start_method
+        if backend == "serial":
+            raise ValueError(
+                "Invalid backend='serial' for an AsyncEnvPool: it is the algorithms' backend; a pool steps every env "
+                "in this process with n_workers=0"
+            )
         check_backend(backend, backend_kwargs)
         if backend == "ray" and self.n_workers == 0:
             raise ValueError("Invalid n_workers=0 with backend='ray': the envs run in Ray actors, at least 1")

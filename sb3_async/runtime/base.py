@@ -13,8 +13,10 @@ The same two shapes serve the whole library:
   the learner (the main process or a spec of its own) receives them through :meth:`Runtime.poll`.
 
 :class:`Runtime` is the interface the algorithms talk to; its backends are
-:class:`~sb3_async.runtime.mp.MultiprocessingRuntime` (``backend="mp"``) and
-:class:`~sb3_async.runtime.ray_backend.RayRuntime` (``backend="ray"``), chosen by
+:class:`~sb3_async.runtime.mp.MultiprocessingRuntime` (``backend="mp"``),
+:class:`~sb3_async.runtime.ray_backend.RayRuntime` (``backend="ray"``) and
+:class:`~sb3_async.runtime.serial.SerialRuntime` (``backend="serial"``: threads of the main process, for debugging),
+chosen by
 :func:`~sb3_async.runtime.factory.make_runtime`.
 """
 
@@ -168,7 +170,7 @@ class Runtime(ABC):
 
     def restart(self, rank: int) -> None:
         """Start worker ``rank`` again after :meth:`poll` reported it dead (same spec, fresh seed: see
-        :func:`restart_seed`); its step count goes on from its predecessor's. Both backends implement it."""
+        :func:`restart_seed`); its step count goes on from its predecessor's. Every backend implements it."""
         raise NotImplementedError(f"{type(self).__name__} cannot restart worker {rank}")
 
     def local_workers(self) -> int:

@@ -1,0 +1,226 @@
+"""``backend="serial"``: every worker in the test's process, one at a time, reproducible with a seed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import pandas as pd
+import pytest
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import configure
+
+from sb3_async import A3C
+from sb3_async.runtime import WorkerError
+from sb3_async.runtime.serial import SerialRuntime
+from tests.helpers import FailingEnv, live_children, small_model
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+#: What the recorded envs saw: the pids and threads that stepped them, and the most steps in progress at once.
+SEEN: dict[str, Any] = {"pids": set(), "threads": set(), "active": 0, "most_active": 0}
+SEEN_LOCK = threading.Lock()
+
+
+class RecordingEnv(gym.Wrapper):
+    """Records where and how concurrently it is stepped (the step lasts a little, so that overlaps would show)."""
+
+    def step(self, action):
+        with SEEN_LOCK:
+            SEEN["pids"].add(os.getpid())
+            SEEN["threads"].add(threading.current_thread().name)
+            SEEN["active"] += 1
+            SEEN["most_active"] = max(SEEN["most_active"], SEEN["active"])
+        try:
+            time.sleep(0.0002)
+            return self.env.step(action)
+        finally:
+            with SEEN_LOCK:
+                SEEN["active"] -= 1
+
+
+def recorded_cartpole() -> gym.Env:
+    return RecordingEnv(gym.make("CartPole-v1"))
+
+
+def recorded_pendulum() -> gym.Env:
+    return RecordingEnv(gym.make("Pendulum-v1"))
+
+
+#: The algorithms tested, with settings that learn at once (Ape-X: a replay ratio, so that the learner's work between
+#: two polls depends on the data, not on the clock).
+SERIAL: dict[str, dict[str, Any]] = {
+    "A3C": {},
+    "AsyncNStepQ": {},
+    "ApeXDQN": dict(buffer_size=2000, replay_ratio=1.0),
+    "AEDDPG": {},
+}
+
+
+def serial_model(name: str, env: Any = None, **kwargs: Any) -> Any:
+    continuous = name == "AEDDPG"
+    env = env or (recorded_pendulum if continuous else recorded_cartpole)
+    return small_model(name, env, backend="serial", **{**SERIAL[name], **kwargs})
+
+
+def our_threads() -> list[str]:
+    return [thread.name for thread in threading.enumerate() if thread.name.startswith("sb3_async-")]
+
+
+@pytest.mark.parametrize("name", list(SERIAL))
+def test_workers_step_in_this_process_one_at_a_time(name: str) -> None:
+    SEEN.update(pids=set(), threads=set(), active=0, most_active=0)
+    children = set(live_children())
+    model = serial_model(name)
+    model.learn(600)
+    assert SEEN["pids"] == {os.getpid()}
+    assert SEEN["most_active"] == 1
+    if name != "AEDDPG":  # AE-DDPG's pool steps its envs in the main thread; the others in one thread per worker
+        assert len(SEEN["threads"]) == 2, SEEN["threads"]
+    assert set(live_children()) <= children, "a process was started"
+    assert our_threads() == []
+    assert torch.get_num_threads() == 1  # the one_torch_thread fixture's count, restored
+
+
+@pytest.mark.parametrize("name", list(SERIAL))
+def test_two_runs_with_one_seed_are_identical(name: str) -> None:
+    first, second = (serial_model(name, seed=0).learn(800) for _ in range(2))
+    assert first.num_timesteps == second.num_timesteps
+    for (key, a), b in zip(first.policy.state_dict().items(), second.policy.state_dict().values()):
+        assert torch.equal(a, b), key
+    other = serial_model(name, seed=1).learn(800)
+    assert not all(torch.equal(a, b) for a, b in zip(first.policy.parameters(), other.policy.parameters()))
+
+
+@pytest.mark.parametrize("name", ["A3C", "AsyncNStepQ", "ApeXDQN"])
+def test_logs_fps_and_async_keys(name: str, tmp_path: Path) -> None:
+    model = serial_model(name, env="CartPole-v1")
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(3000, log_interval=50)
+    progress = pd.read_csv(tmp_path / "progress.csv")
+    keys = ["time/fps"]
+    if name != "ApeXDQN":
+        keys += ["async/policy_lag_mean", "async/policy_lag_max", "async/env_steps_per_s", "async/updates_per_s"]
+    for key in keys:
+        assert key in progress.columns, f"{key} not logged: {list(progress.columns)}"
+    assert (progress["time/fps"] > 0).all()
+    if name != "ApeXDQN":
+        # Workers take turns, one update each: no update ever lands between another's snapshot and its update.
+        lags = progress["async/policy_lag_max"].dropna()
+        assert len(lags) >= 1 and (lags == 0).all(), lags.tolist()
+
+
+def failing_cartpole() -> gym.Env:
+    return FailingEnv(fail_at=40)
+
+
+def test_a_worker_that_raises_fails_learn_with_its_traceback() -> None:
+    model = small_model("A3C", failing_cartpole, backend="serial")
+    with pytest.raises(WorkerError) as caught:
+        model.learn(5000)
+    assert caught.value.worker_traceback is not None and "boom in step" in caught.value.worker_traceback
+    assert "FailingEnv" in caught.value.worker_traceback or "step" in caught.value.worker_traceback
+    assert caught.value.lost is False
+    assert our_threads() == []
+
+
+def test_close_ends_every_thread_after_an_interrupt_in_the_main_thread() -> None:
+    class Interrupt(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.model.num_timesteps >= 200:
+                raise KeyboardInterrupt
+            return True
+
+    model = serial_model("A3C")
+    with pytest.raises(KeyboardInterrupt):
+        model.learn(10_000, callback=Interrupt())
+    assert model.num_timesteps < 10_000
+    assert our_threads() == []
+
+
+class CtrlCEnv(gym.Wrapper):
+    """Sends this process SIGINT (Ctrl-C) in its 100th step: the main thread is then waiting for a worker's turn."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.count = 0
+
+    def step(self, action):
+        self.count += 1
+        if self.count == 100:
+            os.kill(os.getpid(), signal.SIGINT)
+        return self.env.step(action)
+
+
+def test_ctrl_c_during_a_worker_turn_ends_every_thread() -> None:
+    model = small_model("A3C", CtrlCEnv, backend="serial")
+    with pytest.raises(KeyboardInterrupt):
+        model.learn(50_000)
+    assert model.num_timesteps < 50_000
+    assert our_threads() == []
+
+
+def test_backend_kwargs_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"backend='serial' takes none \(address"):
+        small_model("A3C", backend="serial", backend_kwargs={"address": "x"})
+    with pytest.raises(ValueError, match="n_workers=2 with backend='serial'"):
+        small_model("AEDDPG", backend="serial", pool_kwargs=dict(n_workers=2))
+
+
+def test_a_pool_refuses_the_serial_backend() -> None:
+    from sb3_async import AsyncEnvPool
+
+    with pytest.raises(ValueError, match="n_workers=0"):
+        AsyncEnvPool("CartPole-v1", n_envs=2, backend="serial")
+
+
+def test_save_serial_load_mp_and_back(tmp_path: Path) -> None:
+    model = small_model("A3C", backend="serial").learn(300)
+    model.save(tmp_path / "serial")
+    loaded = A3C.load(tmp_path / "serial", backend="mp")
+    assert loaded.backend == "mp"
+    loaded.learn(300, reset_num_timesteps=False)
+    assert loaded.num_timesteps >= 600
+    loaded.save(tmp_path / "mp")
+    again = A3C.load(tmp_path / "mp", backend="serial")
+    assert again.backend == "serial"
+    children = set(live_children())
+    again.learn(300, reset_num_timesteps=False)
+    assert again.num_timesteps >= 900
+    assert set(live_children()) <= children
+    assert our_threads() == []
+
+
+def test_a_failed_worker_restarts_with_a_fresh_seed() -> None:
+    from sb3_async.runtime import WorkerSpec
+
+    runtime = SerialRuntime()
+    seeds: list[int] = []
+    runtime.start([WorkerSpec(_fails_once, seeds, name="flaky")], seed=7, start_timesteps=0, total_timesteps=10**6)
+    try:
+        with pytest.raises(WorkerError, match="first start"):
+            for _ in range(3):
+                runtime.poll(0.0)
+        runtime.restart(0)
+        messages = runtime.poll(0.0)
+        runtime.request_stop()
+        messages += runtime.poll(0.0)
+        assert not runtime.running()
+    finally:
+        runtime.close()
+    assert [data for _, kind, data in messages if kind == "seed"] == [7 + 1000]
+    assert our_threads() == []
+
+
+def _fails_once(ctx: Any, seeds: list[int]) -> None:
+    if ctx.base_seed == 7:
+        raise RuntimeError("first start")
+    ctx.send("seed", ctx.base_seed)
+    while not ctx.should_stop():
+        pass
