@@ -175,12 +175,13 @@ def test_seeded_multi_agent_pools_repeat_across_episode_ends():
 
 
 # ---------------------------------------------------------------------------------------------------- max_cycles_test
-@pytest.mark.parametrize("make", [simple_spread, pistonball])
-def test_max_cycles_test_on_multi_agent_pools(make):
+def test_max_cycles_test_on_simple_spread_pools():
     """``max_cycles_test(module)`` builds ``module.parallel_env(max_cycles=4)`` and ``module.env(max_cycles=4)`` (an
     AEC env: the pool through PettingZoo's ``parallel_to_aec``) and checks that the episode ends after 4 cycles, each
-    agent acting 4 times, then once more for its dead step (3 agents per copy: simple_spread's, 3 pistons)."""
-    make(4)  # skips when the env's package is missing
+    agent acting 4 times, then once more for its dead step. simple_spread's episodes end only at max_cycles; the
+    utility cannot seed its envs, so an env whose episodes may end sooner (pistonball's ball reaching the wall) would
+    fail it by chance."""
+    make = simple_spread
     with Pools(n_envs=2, n_workers=1, autoreset=False) as pools:
 
         def parallel_env(max_cycles: int) -> EndCountingPool:

@@ -69,8 +69,19 @@ def serial_model(name: str, env: Any = None, **kwargs: Any) -> Any:
     return small_model(name, env, backend="serial", **{**SERIAL[name], **kwargs})
 
 
+_BEFORE: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def _threads_before() -> None:
+    """The threads alive before the test (another test of this process may have left its own)."""
+    _BEFORE.clear()
+    _BEFORE.update(threading.enumerate())
+
+
 def our_threads() -> list[str]:
-    return [thread.name for thread in threading.enumerate() if thread.name.startswith("sb3_async-")]
+    """The sb3_async threads this test started that are still alive."""
+    return [thread.name for thread in threading.enumerate() if thread.name.startswith("sb3_async-") and thread not in _BEFORE]
 
 
 @pytest.mark.parametrize("name", list(SERIAL))

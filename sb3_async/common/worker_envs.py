@@ -71,6 +71,12 @@ class WorkerVecEnv(DummyVecEnv):
         ``labels[i]``: a step stuck past its timeout is interrupted with a ``StepTimeout`` naming the env."""
         self._watchdog, self._labels = watchdog, list(labels)
 
+    def close(self) -> None:
+        if self._watchdog is not None:  # its thread ends with the envs it watched
+            self._watchdog.stop()
+            self._watchdog = None
+        super().close()
+
     def step_wait(self) -> Any:
         watchdog = self._watchdog
         for env_idx in range(self.num_envs):

@@ -228,8 +228,13 @@ class StepWatchdog:
         self._label: str | None = None
         self._count = 0  # steps begun: the watching thread tells one long step from many short ones by it
         self._stuck_since = 0.0
+        self._stopped = threading.Event()
         signal.signal(signal.SIGUSR2, self._interrupt)
         threading.Thread(target=self._watch, name="sb3_async-step-watchdog", daemon=True).start()
+
+    def stop(self) -> None:
+        """End the watching thread (the envs it watched are closed)."""
+        self._stopped.set()
 
     def begin(self, label: str) -> None:
         """A step of the env ``label`` (e.g. ``"Env 3 (worker 1, a3c-1)"``) starts."""
@@ -252,8 +257,7 @@ class StepWatchdog:
     def _watch(self) -> None:
         main, tick = threading.main_thread().ident, min(1.0, self.timeout / 4)
         seen, interrupted = -1, -1
-        while True:
-            time.sleep(tick)
+        while not self._stopped.wait(tick):
             count, label, now = self._count, self._label, time.monotonic()
             if count != seen or label is None:  # another step since the last look, or none running
                 seen, self._stuck_since = count, now - tick / 2  # the step began within the last tick
