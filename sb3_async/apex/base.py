@@ -17,6 +17,7 @@ the main process, one prioritized replay.
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from abc import abstractmethod
@@ -453,8 +454,11 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
         if buffer is None or not self._learning():
             return 0.02
         start = time.monotonic()
+        # Turn-based workers (backend="serial") wait while the learner learns: up to the replay ratio, not the clock
+        turn_based = self.replay_ratio is not None and self._runtime is not None and self._runtime.turn_based
+        budget = math.inf if turn_based else 0.02
         self.policy.set_training_mode(True)
-        while time.monotonic() - start < 0.02:
+        while time.monotonic() - start < budget:
             self._insert_ready()
             if self.replay_ratio is not None and self._ratio_reached():
                 break  # ahead of the actors: wait for data (the next poll blocks, no spinning)

@@ -135,6 +135,10 @@ class WorkerContext:
 class Runtime(ABC):
     """Backend seam: the algorithms talk to this interface, never to processes directly."""
 
+    #: Whether the workers run only while the main process polls, taking turns (``backend="serial"``): the main
+    #: process's own work then need not be bounded by the clock, and must not be, for runs to repeat
+    turn_based: bool = False
+
     @abstractmethod
     def start(self, specs: Sequence[WorkerSpec], seed: int, start_timesteps: int, total_timesteps: int) -> None:
         """Start one worker per spec; worker ``rank`` is seeded with ``seed + rank``."""

@@ -13,7 +13,8 @@ What this gives:
 * the workers take turns in a fixed order, each with its own random streams (Python's, NumPy's and torch's global
   generators, seeded with the worker's seed at its first turn and set aside between its turns, as if it had a process
   of its own): with a seed, two runs compute the same thing, bit for bit, as long as the main process' own work does
-  not depend on time (Ape-X's learner works ~20 ms between two polls: with ``replay_ratio`` it waits for data instead).
+  not depend on time (Ape-X's learner works ~20 ms between two polls; with ``replay_ratio``, in turn-based runs, it
+  learns until the ratio is reached instead).
 
 What differs from a real async run: no two workers overlap, so there is no speed-up, torch runs on one thread while
 the workers run (restored afterwards), and each worker's update sees every update the workers applied before its
@@ -72,6 +73,8 @@ class _SerialContext(WorkerContext):
 
 class SerialRuntime(Runtime):
     """Every worker in this process, one at a time, in rank order (``backend="serial"``, for debugging)."""
+
+    turn_based = True
 
     def __init__(self) -> None:
         self._baton = threading.Condition()
