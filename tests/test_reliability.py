@@ -290,6 +290,9 @@ def test_a_started_command_ends_with_its_killed_parent(tmp_path, watch):
     )
     try:
         assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 10.0  # the command's child may still be between its fork and its exec
+        while len(processes_with_marker(marker)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert len(processes_with_marker(marker)) == 3  # the parent, the command, the command's child
         parent.kill()
         parent.wait(timeout=10)
