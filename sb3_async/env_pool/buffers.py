@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["FINAL_INFO", "FINAL_OBS", "OBJECTS", "SharedBuffers", "SpaceArrays", "same_layout", "space_leaves"]
+__all__ = ["ARRAY_SPACES", "FINAL_INFO", "FINAL_OBS", "OBJECTS", "SharedBuffers", "SpaceArrays", "same_layout", "space_leaves"]
 
 #: Keys the same-step autoreset adds to an ended env's info (gymnasium 1.x's names for its same-step vector mode):
 #: the env workers write them, the views read them.
@@ -31,7 +31,7 @@ FINAL_OBS, FINAL_INFO = "final_obs", "final_info"
 
 #: The spaces whose values are one fixed-shape array: they live in the shared buffers. Any other space (Text, Graph,
 #: Sequence, OneOf, a custom ``Space``) is an *object leaf*, whose values travel pickled (:class:`SpaceArrays`).
-_ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 #: The info key under which a worker process sends the values of the object leaves its envs' observations took
 OBJECTS = "_sb3_async_objects"
@@ -48,7 +48,7 @@ def _layout(space: spaces.Space, path: Path = ()) -> Node:
         return "dict", tuple((key, _layout(sub, (*path, key))) for key, sub in space.spaces.items())
     if isinstance(space, spaces.Tuple):
         return "tuple", tuple(_layout(sub, (*path, k)) for k, sub in enumerate(space.spaces))
-    return ("array" if isinstance(space, _ARRAY_SPACES) else "object"), path
+    return ("array" if isinstance(space, ARRAY_SPACES) else "object"), path
 
 
 def _leaves(node: Node, kind: str) -> list[Path]:

@@ -19,6 +19,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
+from sb3_async.env_pool.buffers import ARRAY_SPACES
 from sb3_async.env_pool.core import EnvError, EnvPoolBase
 from sb3_async.env_pool.groups import SpacesDifferError
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
@@ -288,7 +289,7 @@ class PoolVectorEnv(VectorEnv):
             return checked
         for i in self._all_ids:  # name the first bad one; an env that only resets at this step ignores its action
             if i not in self._autoreset:
-                self.pool.check_action(i, _row(space, checked, i))
+                self.pool.check_action(i, self.pool.buffers.actions.row(checked, i))
         if self._autoreset:
             return checked
         raise InvalidActionsError(f"Invalid actions {actions!r}: not in {self.action_space}")
@@ -353,7 +354,7 @@ def _batch(space: spaces.Space, value: Any, n: int) -> Any:
         if len(value) != len(space.spaces):
             raise ValueError(f"{len(value)} parts, expected {len(space.spaces)}")
         return tuple(_batch(sub, value[k], n) for k, sub in enumerate(space.spaces))
-    if not isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+    if not isinstance(space, ARRAY_SPACES):
         values = tuple(value)  # Text, Graph, Sequence, OneOf, a custom space: one value per env, as batch_space has it
         if len(values) != n:
             raise ValueError(f"{len(values)} values for {n} envs of {space}")
@@ -363,12 +364,3 @@ def _batch(space: spaces.Space, value: Any, n: int) -> Any:
     if array.shape != (n, *(space.shape or ())) or array.dtype.kind not in kinds:
         raise ValueError(f"a {array.dtype} array of shape {array.shape} for {space}")
     return array.astype(space.dtype, copy=False)
-
-
-def _row(space: spaces.Space, batch: Any, i: int) -> Any:
-    """Value ``i`` of a batch that :func:`_batch` made."""
-    if isinstance(space, spaces.Dict):
-        return {key: _row(sub, batch[key], i) for key, sub in space.spaces.items()}
-    if isinstance(space, spaces.Tuple):
-        return tuple(_row(sub, part, i) for sub, part in zip(space.spaces, batch))
-    return batch[i]

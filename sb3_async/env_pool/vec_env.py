@@ -16,6 +16,7 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
+from sb3_async.env_pool.buffers import ARRAY_SPACES
 from sb3_async.env_pool.core import EnvError, EnvPoolBase
 from sb3_async.env_pool.groups import SpacesDifferError
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
@@ -255,7 +256,7 @@ def _check_sb3_space(space: spaces.Space) -> None:
         else [space]
     )
     for part in parts:
-        if not isinstance(part, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        if not isinstance(part, ARRAY_SPACES):
             raise TypeError(
                 f"SB3's VecEnvs take Box, Discrete, MultiDiscrete and MultiBinary observations, alone or in one Dict or "
                 f"Tuple; this pool's envs observe {space}. Use the pool itself, or its gymnasium view "
