@@ -1,5 +1,9 @@
-"""Torch-free process pieces shared by every process sb3_async starts: the start methods, the parent-death watch and
-the error that names a failed worker; and the child interpreters of the benchmark (:func:`start_command`).
+"""The one module that starts processes, for every process sb3_async starts, torch-free: worker processes
+(:func:`start_process`: the runtime's and the env pool's), the benchmark's child interpreters (:func:`start_command`)
+and Ray actors (:func:`start_actor`: the runtime's hosts and the env pool's); with what supervises them, written once:
+the start methods, the parent-death watch (:func:`watch_parent`, :func:`watch_parent_from_env`), the error that names
+a failed worker (:func:`report_and_exit`, :class:`WorkerError`) and the stopping (:func:`stop_processes`,
+:func:`kill_group`; Ray actors: :func:`sb3_async.runtime.ray_connect.release_ray`).
 
 They live apart from :mod:`sb3_async.runtime` (which imports torch) so that env workers
 (:class:`sb3_async.AsyncEnvPool`) can use them without importing torch.
@@ -29,11 +33,13 @@ __all__ = [
     "StepWatchdog",
     "WorkerError",
     "PARENT_PID_VARIABLE",
+    "RAY_NAMESPACE",
     "exit_if_importing_main",
     "kill_group",
     "main_module_importable",
     "process_context",
     "report_and_exit",
+    "start_actor",
     "start_command",
     "start_process",
     "stop_processes",
@@ -190,6 +196,29 @@ def start_command(command: Sequence[str], env: Mapping[str, str] | None = None) 
     return subprocess.Popen(
         list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=variables, start_new_session=True
     )
+
+
+#: The Ray namespace of every actor sb3_async starts (:func:`start_actor`)
+RAY_NAMESPACE = "sb3_async"
+
+_REMOTE_CLASSES: dict[type, Any] = {}
+
+
+def start_actor(ray: Any, cls: type, name: str, num_cpus: float, *args: Any) -> Any:
+    """Start one Ray actor of ``cls`` (the runtime's Ray hosts and the env pool's alike): named ``name`` in the
+    :data:`RAY_NAMESPACE` namespace (so :func:`sb3_async.runtime.ray_connect.release_ray` finds it and kills it), owned
+    by this driver (Ray ends it when the driver dies), spread over the cluster's nodes, asking for ``num_cpus``, and
+    never restarted by Ray (restarts are the caller's: it knows which seeds and envs to start again).
+
+    :param ray: the ``ray`` module (this module does not import Ray)
+    :return: the actor's handle
+    """
+    remote = _REMOTE_CLASSES.get(cls)
+    if remote is None:
+        remote = _REMOTE_CLASSES[cls] = ray.remote(cls)
+    return remote.options(
+        name=name, namespace=RAY_NAMESPACE, num_cpus=num_cpus, scheduling_strategy="SPREAD", max_restarts=0
+    ).remote(*args)
 
 
 def kill_group(process: subprocess.Popen[Any]) -> None:

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from sb3_async.runtime.base import Runtime, WorkerSpec, restart_seed
-from sb3_async.runtime.processes import WorkerError
+from sb3_async.runtime.processes import WorkerError, start_actor
 from sb3_async.runtime.ray_connect import (  # the connect / release rules, shared with the env pool's Ray hosts
     NAMESPACE,
     RAY_INSTALL_HINT,
@@ -52,7 +52,6 @@ from sb3_async.runtime.ray_connect import (  # the connect / release rules, shar
     connect_ray,
     import_ray,
     release_ray,
-    start_actor,
     wait_ready,
 )
 from sb3_async.runtime.ray_host import RayHost, entry_tensors, merge_changes

@@ -21,8 +21,10 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from sb3_async.runtime.processes import RAY_NAMESPACE
+
 RAY_INSTALL_HINT = 'backend="ray" needs Ray: pip install "sb3-async[ray]"'
-NAMESPACE = "sb3_async"
+NAMESPACE = RAY_NAMESPACE  # our actors' Ray namespace
 
 
 def import_ray() -> Any:
@@ -97,24 +99,6 @@ def release_ray(ray: Any, actors: Sequence[Any], prefix: str, owns_ray: bool, ti
             warnings.warn(f"Ray still lists actors of this run {timeout} s after they were killed: {left}", stacklevel=3)
     if owns_ray:
         ray.shutdown()
-
-
-_REMOTE_CLASSES: dict[type, Any] = {}
-
-
-def start_actor(ray: Any, cls: type, name: str, num_cpus: float, *args: Any) -> Any:
-    """Start one actor of ``cls`` the way every sb3_async actor starts: named ``name`` in the ``sb3_async`` namespace
-    (so :func:`release_ray` finds it), spread over the cluster's nodes, asking for ``num_cpus``, and never restarted by
-    Ray (restarts are the caller's: it knows which seeds and envs to start again).
-
-    :return: the actor's handle
-    """
-    remote = _REMOTE_CLASSES.get(cls)
-    if remote is None:
-        remote = _REMOTE_CLASSES[cls] = ray.remote(cls)
-    return remote.options(
-        name=name, namespace=NAMESPACE, num_cpus=num_cpus, scheduling_strategy="SPREAD", max_restarts=0
-    ).remote(*args)
 
 
 def wait_ready(ray: Any, refs: list[Any], timeout: float | None) -> list[Any]:
