@@ -13,7 +13,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.td3.policies import TD3Policy
 
 from sb3_async import ApeXDPG, ApeXDQN, WorkerError
-from sb3_async.apex.base import published_parameters
+from sb3_async.apex.actor import published_parameters
 from sb3_async.apex.dqn import DQNActorModel
 from sb3_async.apex.policies import DuelingQNetwork
 from sb3_async.apex.returns import (
@@ -161,7 +161,7 @@ def _feed(model, n_blocks: int = 4, size: int = 50) -> None:
             dones=(rng.random(size) < 0.1).astype(np.float32),
             next_obs=rng.normal(size=(size, 4)).astype(np.float32),
         )
-        model._on_message(0, "transitions", (block, np.ones(size)))
+        model._on_message(0, "transitions", (block, np.ones(size), 0))
 
 
 def test_learner_updates_priorities_and_publishes():
@@ -179,6 +179,7 @@ def test_learner_updates_priorities_and_publishes():
     assert any(not torch.equal(a, b) for a, b in zip(published_before, model._published))
     for published, learner in zip(model._published, published_parameters(model.policy, model.published_modules)):
         torch.testing.assert_close(published, learner.detach())
+    assert int(model._published[-1][0]) == model._n_updates  # the version the actors' blocks carry back
 
 
 def test_target_network_copied_every_interval():
@@ -262,7 +263,7 @@ def test_dpg_learner_batch_updates_critic_and_clips_the_actor_gradient():
         np.zeros(50, dtype=np.float32),
         rng.normal(size=(50, 3)).astype(np.float32),
     )
-    model._on_message(0, "transitions", (block, np.ones(50)))
+    model._on_message(0, "transitions", (block, np.ones(50), 0))
     actor_before = [p.detach().clone() for p in model.policy.actor.parameters()]
     model._learner_batch()
     for before, after in zip(actor_before, model.policy.actor.parameters()):
@@ -287,7 +288,7 @@ def test_dpg_actor_gradient_is_the_full_backward_pass_gradient():
         np.zeros(50, dtype=np.float32),
         rng.normal(size=(50, 3)).astype(np.float32),
     )
-    model._on_message(0, "transitions", (block, np.ones(50)))
+    model._on_message(0, "transitions", (block, np.ones(50), 0))
     policy = model.policy
     obs = torch.as_tensor(block.obs[:16])
     policy.actor.zero_grad()
@@ -365,12 +366,17 @@ def test_dqn_learn_logs_and_round_trips(tmp_path):
     for key in (
         "rollout/exploration_rate",
         "rollout/replay_size",
-        "rollout/actor_steps_per_s",
         "rollout/transitions_inserted_per_s",
         "train/loss",
         "train/td_error_abs_mean",
-        "train/learner_batches_per_s",
-        "train/learner_idle_fraction",
+        "async/env_steps_per_s",
+        "async/updates_per_s",
+        "async/learner_wait_share",
+        "async/actor_wait_share",
+        "async/param_age_mean",
+        "async/sample_age_mean",
+        "async/replay_ratio",
+        "async/blocks_in_flight",
     ):
         assert key in keys, key
     model.save(tmp_path / "model.zip")

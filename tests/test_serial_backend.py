@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -109,22 +110,49 @@ def test_two_runs_with_one_seed_are_identical(name: str) -> None:
     assert not all(torch.equal(a, b) for a, b in zip(first.policy.parameters(), other.policy.parameters()))
 
 
-@pytest.mark.parametrize("name", ["A3C", "AsyncNStepQ", "ApeXDQN"])
+#: The ``async/`` keys each family logs (docs: "Debugging and monitoring an async run").
+RATES = ["async/env_steps_per_s", "async/updates_per_s"]
+ASYNC_KEYS = {
+    "A3C": [*RATES, "async/policy_lag_mean", "async/policy_lag_max", "async/worker_env_steps_per_s_min"],
+    "AsyncNStepQ": [*RATES, "async/policy_lag_mean", "async/policy_lag_max", "async/worker_env_steps_per_s_max"],
+    "ApeXDQN": [
+        *RATES,
+        "async/param_age_mean",
+        "async/param_age_max",
+        "async/sample_age_mean",
+        "async/sample_age_max",
+        "async/replay_ratio",
+        "async/blocks_in_flight",
+        "async/learner_wait_share",
+        "async/actor_wait_share",
+        "async/worker_env_steps_per_s_min",
+    ],
+    "AEDDPG": [*RATES, "async/sample_age_mean", "async/sample_age_max", "async/replay_ratio", "async/learner_wait_share"],
+}
+
+
+@pytest.mark.parametrize("name", list(SERIAL))
 def test_logs_fps_and_async_keys(name: str, tmp_path: Path) -> None:
-    model = serial_model(name, env="CartPole-v1")
+    env = "Pendulum-v1" if name == "AEDDPG" else "CartPole-v1"
+    model = serial_model(name, env=env)
     model.set_logger(configure(str(tmp_path), ["csv"]))
-    model.learn(3000, log_interval=50)
+    model.learn(3000, log_interval=1 if name == "AEDDPG" else 50)
     progress = pd.read_csv(tmp_path / "progress.csv")
-    keys = ["time/fps"]
-    if name != "ApeXDQN":
-        keys += ["async/policy_lag_mean", "async/policy_lag_max", "async/env_steps_per_s", "async/updates_per_s"]
-    for key in keys:
+    for key in ["time/fps", *ASYNC_KEYS[name]]:
         assert key in progress.columns, f"{key} not logged: {list(progress.columns)}"
+        assert (progress[key].dropna() >= 0).all(), (key, progress[key].tolist())
     assert (progress["time/fps"] > 0).all()
-    if name != "ApeXDQN":
+    if "async/policy_lag_max" in progress.columns:
         # Workers take turns, one update each: no update ever lands between another's snapshot and its update.
         lags = progress["async/policy_lag_max"].dropna()
         assert len(lags) >= 1 and (lags == 0).all(), lags.tolist()
+    for share in ("async/learner_wait_share", "async/actor_wait_share"):
+        if share in progress.columns:
+            assert (progress[share].dropna() <= 1).all(), progress[share].tolist()
+    if "async/sample_age_max" in progress.columns:
+        ages = progress[["async/sample_age_mean", "async/sample_age_max"]].dropna()
+        assert (ages["async/sample_age_mean"] <= ages["async/sample_age_max"]).all()
+        assert (ages["async/sample_age_max"] < model.num_timesteps).all()  # HMemory keeps copies past Memory's size
 
 
 def failing_cartpole() -> gym.Env:
@@ -235,3 +263,35 @@ def _fails_once(ctx: Any, seeds: list[int]) -> None:
     ctx.send("seed", ctx.base_seed)
     while not ctx.should_stop():
         pass
+
+
+@pytest.mark.parametrize("name", ["A3C", "AsyncNStepQ"])
+def test_one_worker_computes_the_same_gradients_with_mp_and_serial(name: str) -> None:
+    """With one worker nothing interleaves: each segment's gradient, hence every parameter and optimizer statistic
+    after ``learn()``, must be the same bit for bit whether the worker is a process or a thread of this one."""
+    models = {backend: small_model(name, n_workers=1, seed=3, backend=backend).learn(600) for backend in ("mp", "serial")}
+    mp_model, serial_model_ = models["mp"], models["serial"]
+    assert mp_model.num_timesteps == serial_model_.num_timesteps
+    for (key, a), b in zip(mp_model.policy.state_dict().items(), serial_model_.policy.state_dict().values()):
+        assert torch.equal(a, b), key
+    for a, b in zip(
+        mp_model.policy.optimizer.state_dict()["state"].values(), serial_model_.policy.optimizer.state_dict()["state"].values()
+    ):
+        for key in a:
+            assert torch.equal(torch.as_tensor(a[key]), torch.as_tensor(b[key])), key
+
+
+@pytest.mark.filterwarnings("ignore:ApeXDQN.learn\\(\\) ends after")
+def test_one_apex_actor_sends_the_same_blocks_with_mp_and_serial() -> None:
+    """An actor's transitions and their initial priorities (computed with its copy of the networks) are the same
+    whether it runs in a process or in this one."""
+    replays = {}
+    for backend in ("mp", "serial"):
+        model = small_model("ApeXDQN", n_actors=1, seed=3, learning_starts=10**6, buffer_size=2000, backend=backend)
+        replays[backend] = model.learn(700).replay_buffer
+    mp_replay, serial_replay = replays["mp"], replays["serial"]
+    size = mp_replay.size()
+    assert size == serial_replay.size() > 600
+    for field in ("observations", "next_observations", "actions", "rewards", "dones"):
+        assert np.array_equal(getattr(mp_replay, field)[:size], getattr(serial_replay, field)[:size]), field
+    assert np.array_equal(mp_replay.tree.leaves(np.arange(size)), serial_replay.tree.leaves(np.arange(size)))

@@ -36,6 +36,8 @@ from sb3_async.ae_ddpg.arguments import (
 )
 from sb3_async.ae_ddpg.collector import EpisodeCaches, PoolCollection
 from sb3_async.ae_ddpg.pool_env import PAPER_N_ENVS, make_pool_vec_env
+from sb3_async.common.async_metrics import AsyncMetrics
+from sb3_async.common.buffers.ages import sample_ages_of
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
 from sb3_async.common.callbacks import LiveProgress
@@ -308,7 +310,15 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
         self._caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_caches", "_in_flight", "_episode_stats", "_pending", "_buffer_actions"]
+        return [
+            *super()._excluded_save_params(),
+            "_caches",
+            "_in_flight",
+            "_episode_stats",
+            "_pending",
+            "_buffer_actions",
+            "_async_metrics",
+        ]
 
     # ---------------------------------------------------------------- envs and learn
     def set_env(self, env: GymEnv | str | AsyncEnvPool | Callable[[], gym.Env], force_reset: bool = True) -> None:
@@ -347,8 +357,19 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
                 self.action_noise.reset()
         self._pending = self._empty_pending()
         self._reset_collection_stats()
+        self._async_metrics = AsyncMetrics(self.num_timesteps, self._async_counters())
         self.logger.record("config/torch_threads", th.get_num_threads())
         return result
+
+    def _async_counters(self) -> dict[str, float]:
+        """Cumulative counters of the ``async/`` keys (:mod:`sb3_async.common.async_metrics`): the learner waits for
+        data while it waits for envs to finish their step."""
+        stats = self.collection_stats
+        return {
+            "updates": self._n_updates,
+            "replayed": self._n_updates * self.batch_size,
+            "learner_wait": stats["recv_seconds"],
+        }
 
     def learn(
         self: SelfAEDDPG,
@@ -457,6 +478,10 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
     def dump_logs(self) -> None:
         for key, value in self.overlap_stats().items():
             self.logger.record(key, value)
+        metrics = getattr(self, "_async_metrics", None)
+        if metrics is not None:
+            ages = sample_ages_of(self.replay_buffer).take() if hasattr(self.replay_buffer, "sample_ages") else None
+            metrics.record(self.logger, self.num_timesteps, self._async_counters(), ages)
         if isinstance(self.replay_buffer, EpisodicDualReplayBuffer):
             for key, value in self.replay_buffer.stats().items():
                 self.logger.record(key, value)

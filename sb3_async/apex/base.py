@@ -1,16 +1,16 @@
 """What Ape-X DQN and Ape-X DPG share (Horgan et al. 2018, Algorithms 1 and 2): actors on the runtime, one learner in
 the main process, one prioritized replay.
 
-* Actors (:func:`apex_actor`, runtime workers): each steps its env copies with a local copy of the networks, builds
-  n-step transitions (:class:`~sb3_async.apex.returns.NStepBuilder`), computes their initial priorities ``|δ|`` with
-  its own copy in batch when it flushes its local buffer of ``block_size`` transitions, sends the block with
-  ``ctx.send`` and refreshes its parameters from the learner's published copy every ``actor_update_interval`` env
-  steps.
+* Actors (:func:`~sb3_async.apex.actor.apex_actor`, runtime workers): each steps its env copies with a local copy of
+  the networks, builds n-step transitions (:class:`~sb3_async.apex.returns.NStepBuilder`), computes their initial
+  priorities ``|δ|`` with its own copy in batch when it flushes its local buffer of ``block_size`` transitions, sends
+  the block with ``ctx.send`` and refreshes its parameters from the learner's published copy every
+  ``actor_update_interval`` env steps.
 * Learner (:meth:`ApeXAlgorithm._learner_step`, called by ``WorkerSupervision._supervise`` between two polls): inserts
   the received blocks, samples prioritized batches, applies the IS-weighted update, writes back the new priorities,
   refreshes the target network and publishes the parameters to shared memory.
 * Blocks in flight are bounded: an actor that has ``max_blocks_in_flight`` blocks not yet inserted waits (it keeps
-  answering stop/pause). The wait is counted and logged as ``rollout/actor_wait_fraction``; nothing is dropped.
+  answering stop/pause). The wait is counted and logged as ``async/actor_wait_share``; nothing is dropped.
 * The replay is a ring (``buffer_size``): the oldest transitions are overwritten first, the paper's FIFO trimming
   done on every insert instead of every 100 learner steps, so the cap holds exactly.
 """
@@ -22,136 +22,22 @@ import time
 import warnings
 from abc import abstractmethod
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from stable_baselines3.common.save_util import load_from_pkl
 from stable_baselines3.common.type_aliases import Schedule
-from torch import nn
 
-from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transitions
+from sb3_async.apex.actor import ApeXActorConfig, ApeXActorModel, apex_actor, published_parameters
+from sb3_async.apex.returns import NStepTransitions
 from sb3_async.common.async_algorithm import AsyncAlgorithm
+from sb3_async.common.buffers.ages import sample_ages_of
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer, check_replay_memory
-from sb3_async.common.observations import check_finite_observations, check_finite_rewards
-from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.save_util import AtomicReplaySaves, check_pickled_class, replay_file_errors
-from sb3_async.common.torch_utils import build_worker_policy
-from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig, make_worker_envs
-from sb3_async.runtime import Runtime, WorkerContext, WorkerSpec
+from sb3_async.runtime import Runtime, WorkerSpec
 from sb3_async.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
 from sb3_async.validation import check_float, check_int, check_replay_sizes
-
-
-@dataclass
-class ApeXActorConfig(WorkerPolicyConfig):
-    """What an Ape-X actor needs."""
-
-    block_size: int
-    actor_update_interval: int
-    max_blocks_in_flight: int
-    published: tuple[str, ...]
-    model_class: type[ApeXActorModel]
-    exploration: float | np.ndarray  # one for all the actor's envs, or one per env
-
-
-class ApeXActorModel:
-    """The algorithm-specific part of an actor: acting, bootstrap values and initial priorities on its local copy.
-
-    :param policy: the actor's private policy (its published modules are refreshed from the learner)
-    :param cfg: the actor's configuration
-    :param rng: the actor's random generator
-    """
-
-    def __init__(self, policy: Any, cfg: ApeXActorConfig, rng: np.random.Generator):
-        self.policy, self.cfg, self.rng = policy, cfg, rng
-
-    @abstractmethod
-    def act(self, obs: Any) -> tuple[np.ndarray, np.ndarray]:
-        """``(actions to store, actions for the env)`` for a batch of observations."""
-
-    @abstractmethod
-    def values(self, obs: np.ndarray) -> np.ndarray:
-        """Bootstrap values of time-limit-truncated last observations."""
-
-    @abstractmethod
-    def priorities(self, block: NStepTransitions) -> np.ndarray:
-        """Initial priorities ``|δ|`` of a block of n-step transitions."""
-
-
-def published_parameters(policy: nn.Module, names: tuple[str, ...]) -> list[torch.Tensor]:
-    """The parameters the learner publishes to the actors, in a fixed order."""
-    return [param for name in names for param in getattr(policy, name).parameters()]
-
-
-def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
-    """One Ape-X actor (Algorithm 1)."""
-    env = make_worker_envs(ctx, cfg)
-    policy = build_worker_policy(cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule, cfg.policy_kwargs)
-    policy.set_training_mode(False)
-    local = published_parameters(policy, cfg.published)
-    shared: list[torch.Tensor] = ctx.shared["params"]
-    inserted: torch.Tensor = ctx.shared["inserted"]
-    model = cfg.model_class(policy, cfg, np.random.default_rng(ctx.seed))
-    env_offset = ctx.rank * cfg.n_envs  # global index of the actor's first env
-    reporter = StatsReporter(ctx, env_offset=env_offset)
-    builder = NStepBuilder(cfg.n_envs, cfg.n_steps, cfg.gamma)
-
-    def synchronize() -> None:  # θ ← learner.Parameters()
-        with torch.no_grad():
-            torch._foreach_copy_(local, shared)
-
-    synchronize()
-    obs = env.reset()
-    check_finite_observations(obs, env_offset)
-    local_buffer: list[tuple[Any, Any, float, bool, Any]] = []
-    # A restarted actor counts from the blocks the learner inserted for this rank, so the bound below still holds.
-    sent, since_sync, waited, started = int(inserted[ctx.rank]), 0, 0.0, time.monotonic()
-
-    def flush() -> None:
-        nonlocal sent
-        block = stack_transitions(local_buffer)
-        local_buffer.clear()
-        ctx.send("transitions", (block, model.priorities(block).astype(np.float64)))
-        sent += 1
-
-    while not ctx.should_stop():
-        stored, env_actions = model.act(obs)
-        new_obs, rewards, dones, infos = env.step(env_actions)
-        check_finite_observations(new_obs, env_offset)
-        check_finite_rewards(rewards, env_offset, lambda: ctx.num_timesteps)
-        rewards = rewards.astype(np.float32)
-        truncated = [i for i in np.flatnonzero(dones) if infos[i].get("TimeLimit.truncated", False)]
-        if truncated:  # bootstrap at time limits (SB3's convention): r + γ v(s_terminal), the transition stays done
-            mask = np.zeros(cfg.n_envs, dtype=bool)
-            mask[truncated] = True
-            values = np.zeros(cfg.n_envs, dtype=np.float32)
-            last_obs = np.stack([infos[i]["terminal_observation"] for i in truncated])
-            check_finite_observations(last_obs, [env_offset + i for i in truncated])
-            values[truncated] = model.values(last_obs)
-            rewards = bootstrap_truncated_rewards(rewards, mask, values, cfg.gamma)
-        reporter.record_infos(dones, infos)
-        local_buffer += builder.push(obs, stored, rewards, dones, new_obs)
-        obs = new_obs
-        ctx.add_steps(cfg.n_envs)
-        since_sync += cfg.n_envs
-        if len(local_buffer) >= cfg.block_size:
-            flush()
-            wait_start = time.monotonic()
-            # Bounded flow: wait while the learner has not inserted our older blocks (no drops, no unbounded queue).
-            while sent - int(inserted[ctx.rank]) > cfg.max_blocks_in_flight and not ctx.should_stop():
-                time.sleep(0.002)
-            waited += time.monotonic() - wait_start
-        if since_sync >= cfg.actor_update_interval:
-            synchronize()
-            since_sync = 0
-        reporter.record_train(actor_wait_fraction=waited / max(time.monotonic() - started, 1e-9))
-        reporter.maybe_flush(obs)
-    if local_buffer:
-        flush()
-    reporter.maybe_flush(obs, force=True)
-    env.close()
 
 
 class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
@@ -270,7 +156,6 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
         self._busy = 0.0
         self._flow_start = time.monotonic()
         self._last_metrics: dict[str, float] = {}
-        self._flow_start_steps = getattr(self, "num_timesteps", 0)
         self._restarts: dict[int, int] = {}
 
     def _excluded_save_params(self) -> list[str]:
@@ -281,7 +166,6 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
             "_flow",
             "_busy",
             "_flow_start",
-            "_flow_start_steps",
             "_last_metrics",
             "_held",
             "_restarts",
@@ -331,6 +215,7 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
     def _share_state(self) -> None:
         self._setup_replay()
         self._published = [param.detach().to("cpu", copy=True).share_memory_() for param in self._learner_parameters()]
+        self._published.append(torch.tensor([self._n_updates], dtype=torch.int64).share_memory_())  # their version
         self._inserted = torch.zeros(self.n_actors, dtype=torch.int64).share_memory_()
 
     def _learner_parameters(self) -> list[torch.Tensor]:
@@ -339,10 +224,11 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
     def _publish(self) -> None:
         with torch.no_grad():
             if self.device.type == "cpu":
-                torch._foreach_copy_(self._published, self._learner_parameters())
+                torch._foreach_copy_(self._published[:-1], self._learner_parameters())
             else:  # learner on an accelerator: copy to the actors' CPU tensors one by one
                 for published, param in zip(self._published, self._learner_parameters()):
                     published.copy_(param)
+            self._published[-1][0] = self._n_updates
         self._published_changed("params")
 
     def _published_changed(self, name: str) -> None:
@@ -389,8 +275,11 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
         if kind != "transitions":
             super()._on_message(rank, kind, data)
             return
-        self._flow["received"] += len(data[0].returns)
-        self._held.append((rank, *data))
+        block, priorities, acted_with = data
+        self._flow["received"] += len(block.returns)
+        if self._async_metrics is not None:
+            self._async_metrics.add_param_age(self._n_updates - acted_with)
+        self._held.append((rank, block, priorities))
         self._insert_ready()
 
     def _learning(self) -> bool:
@@ -483,16 +372,18 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
         if self._n_updates % self.target_update_interval == 0:
             self._update_target()
 
+    def _async_counters(self) -> dict[str, float]:
+        return {"updates": self._n_updates, "replayed": self._flow["replayed"], "learner_busy": self._busy}
+
+    def _sample_ages(self) -> tuple[float, int] | None:
+        return None if self.replay_buffer is None else sample_ages_of(self.replay_buffer).take()
+
     def _log_extra(self) -> None:
         elapsed = max(time.monotonic() - self._flow_start, 1e-9)
         for key, value in self._last_metrics.items():
             self.logger.record(f"train/{key}", value)
         self.logger.record("train/n_updates", self._n_updates)
-        self.logger.record("train/learner_batches_per_s", self._flow["batches"] / elapsed)
-        self.logger.record("train/learner_idle_fraction", 1.0 - min(1.0, self._busy / elapsed))
         self.logger.record("rollout/replay_size", self.replay_buffer.size() if self.replay_buffer is not None else 0)
         self.logger.record("rollout/transitions_received_per_s", self._flow["received"] / elapsed)
         self.logger.record("rollout/transitions_inserted_per_s", self._flow["inserted"] / elapsed)
-        self.logger.record("rollout/transitions_replayed_per_s", self._flow["replayed"] / elapsed)
         self.logger.record("rollout/actor_restarts", sum(self._restarts.values()))
-        self.logger.record("rollout/actor_steps_per_s", (self.num_timesteps - self._flow_start_steps) / elapsed)

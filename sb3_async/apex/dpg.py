@@ -12,7 +12,8 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.td3.policies import CnnPolicy, MultiInputPolicy, TD3Policy
 from torch import nn
 
-from sb3_async.apex.base import ApeXActorModel, ApeXAlgorithm
+from sb3_async.apex.actor import ApeXActorModel
+from sb3_async.apex.base import ApeXAlgorithm
 from sb3_async.apex.returns import NStepTransitions, bootstrapped_targets
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
 from sb3_async.common.dpg import ddpg_policy_kwargs, dpg_update

@@ -11,7 +11,8 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.dqn.policies import DQNPolicy
 
-from sb3_async.apex.base import ApeXActorModel, ApeXAlgorithm
+from sb3_async.apex.actor import ApeXActorModel
+from sb3_async.apex.base import ApeXAlgorithm
 from sb3_async.apex.policies import DuelingCnnPolicy, DuelingDQNPolicy
 from sb3_async.apex.returns import (
     NStepTransitions,

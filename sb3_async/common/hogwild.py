@@ -225,10 +225,10 @@ class HogwildAlgorithm(AsyncAlgorithm):
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_update_counts"]
 
-    def _shared_updates(self) -> int | None:
+    def _async_counters(self) -> dict[str, float] | None:
         """Updates the workers applied to θ in this ``learn()`` call (see :mod:`sb3_async.common.async_metrics`)."""
         counts = getattr(self, "_update_counts", None)
-        return None if counts is None else int(counts.sum())
+        return None if counts is None else {"updates": int(counts.sum())}
 
     def _trained_module(self) -> nn.Module:
         """The module whose parameters θ the workers update (default: the whole policy)."""

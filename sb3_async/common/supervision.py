@@ -5,7 +5,7 @@ per ``n_envs`` steps (with the usual ``dones`` / ``infos`` / ``new_obs`` locals)
 writes the logs, and stops the workers when a callback asks to. What an algorithm adds to this loop are hooks:
 :meth:`~WorkerSupervision._learner_step` (Ape-X's learner), :meth:`~WorkerSupervision._on_message` (messages other
 than ``"stats"``), :meth:`~WorkerSupervision._on_worker_error` (Ape-X restarts a dead actor) and
-:meth:`~WorkerSupervision._log_extra` and :meth:`~WorkerSupervision._shared_updates` (the gradient-sharing algorithms'
+:meth:`~WorkerSupervision._log_extra` and :meth:`~WorkerSupervision._async_counters` (the algorithms'
 update count, which turns on the ``async/`` keys of :mod:`sb3_async.common.async_metrics`).
 """
 
@@ -59,8 +59,8 @@ class WorkerSupervision(BaseAlgorithm):
         iteration_steps = self._iteration_steps()
         next_log = start + iteration_steps * log_interval
         self._train_stats = {}
-        updates = self._shared_updates()
-        self._async_metrics = None if updates is None else AsyncMetrics(start, updates)
+        counters = self._async_counters()
+        self._async_metrics = None if counters is None else AsyncMetrics(start, counters)
         stopping, stop_deadline = False, math.inf
         while True:
             try:
@@ -75,8 +75,11 @@ class WorkerSupervision(BaseAlgorithm):
                         waiting.add(env_index)
                     if data["train"]:
                         self._train_stats[rank] = data["train"]
-                    if "lags" in data and self._async_metrics is not None:
-                        self._async_metrics.add_lags(data["lags"])
+                    if self._async_metrics is not None:
+                        if "lags" in data:
+                            self._async_metrics.add_lags(data["lags"])
+                        if "worker" in data:
+                            self._async_metrics.add_worker(rank, data["worker"])
                 else:
                     self._on_message(rank, kind, data)
             target = start + runtime.steps()
@@ -141,9 +144,13 @@ class WorkerSupervision(BaseAlgorithm):
     def _log_extra(self) -> None:
         """Record algorithm-specific values before a log dump."""
 
-    def _shared_updates(self) -> int | None:
-        """Updates the workers applied to the shared parameters in this ``learn()`` call; None (default): the
-        algorithm does not count them, and logs no ``async/`` keys."""
+    def _async_counters(self) -> dict[str, float] | None:
+        """The cumulative counters of :mod:`sb3_async.common.async_metrics` (``updates``, and ``replayed`` and
+        ``learner_busy`` where there is a learner); None (default): the algorithm logs no ``async/`` keys."""
+        return None
+
+    def _sample_ages(self) -> tuple[float, int] | None:
+        """Mean and max age of the transitions sampled since the last log (None: no replay, or no batch)."""
         return None
 
     # --- statistics and logs ------------------------------------------------------------------------------------
@@ -169,7 +176,7 @@ class WorkerSupervision(BaseAlgorithm):
             values = [stats[key] for stats in self._train_stats.values() if key in stats]
             self.logger.record(f"train/{key}", float(np.mean(values)))
         if self._async_metrics is not None:
-            self._async_metrics.record(self.logger, self.num_timesteps, self._shared_updates() or 0)
+            self._async_metrics.record(self.logger, self.num_timesteps, self._async_counters() or {}, self._sample_ages())
         self._log_extra()
         self.logger.dump(step=self.num_timesteps)
 

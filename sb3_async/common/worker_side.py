@@ -69,9 +69,10 @@ def read_obs(buffer: Any) -> Any:
 
 
 class StatsReporter:
-    """Worker side of the statistics flow: episodes, training metrics and the policy lag of the worker's updates
-    (:meth:`record_update`) sent in batches, the latest observation written to shared memory
-    (``ctx.shared["latest_obs"]``, the callbacks' ``new_obs``) at the same rhythm.
+    """Worker side of the statistics flow: episodes, training metrics, the worker's own step count, the policy lag of
+    its updates (:meth:`record_update`) and its other ``async/`` values (:meth:`record_worker`) sent in batches, the
+    latest observation written to shared memory (``ctx.shared["latest_obs"]``, the callbacks' ``new_obs``) at the same
+    rhythm.
 
     :param ctx: the worker's context
     :param env_offset: global index of this worker's first env
@@ -84,6 +85,7 @@ class StatsReporter:
         self._train: dict[str, float] = {}
         self._counts: dict[str, int] = {}
         self._lags = [0, 0, 0]  # updates applied, sum and max of their policy lags, since the last message
+        self._worker: dict[str, float] = {}
         self._next = time.monotonic() + interval
         self._obs_buffer = ctx.shared.get("latest_obs")
 
@@ -108,6 +110,11 @@ class StatsReporter:
         self._lags[1] += lag
         self._lags[2] = max(self._lags[2], lag)
 
+    def record_worker(self, **values: float) -> None:
+        """Set the worker's latest cumulative ``async/`` values (:mod:`sb3_async.common.async_metrics`): ``wait``,
+        seconds it waited for the learner, ``in_flight``, blocks sent and not yet inserted."""
+        self._worker.update(values)
+
     def maybe_flush(self, obs: Any, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now < self._next:
@@ -116,7 +123,9 @@ class StatsReporter:
         train = {key: value / self._counts[key] for key, value in self._train.items()}
         if self._obs_buffer is not None:
             write_obs(self._obs_buffer, self.env_offset, obs)
-        message: dict[str, Any] = dict(episodes=self._episodes, train=train)
+        message: dict[str, Any] = dict(
+            episodes=self._episodes, train=train, worker=dict(self._worker, steps=self.ctx.own_steps)
+        )
         if self._lags[0]:
             message["lags"] = self._lags
         self.ctx.send("stats", message)

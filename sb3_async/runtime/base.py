@@ -103,6 +103,11 @@ class WorkerContext:
         """1 at the start of training, 0 at the end: what SB3 schedules take."""
         return max(0.0, 1.0 - self.num_timesteps / max(1, self.total_timesteps))
 
+    @property
+    def own_steps(self) -> int:
+        """Env steps of this worker (and of the workers it replaced) in this ``learn()`` call."""
+        return self._own_steps
+
     def add_steps(self, n: int) -> int:
         """Count ``n`` env steps of this worker; returns the global count. Each worker writes its own slot: no race."""
         self._own_steps += n

@@ -13,6 +13,7 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
+from sb3_async.common.buffers.ages import SampleAges, ring_ages, sample_ages_of
 from sb3_async.common.buffers.n_step import check_n_step_buffer, n_step_batch
 from sb3_async.validation import check_float, check_int
 
@@ -121,6 +122,8 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
         self.h_timeouts = np.zeros((self.hmemory_size, 1), dtype=np.float32)
         self.h_pos = 0
         self.h_size = 0
+        self.h_stamps = np.zeros(self.hmemory_size, dtype=np.int64)  # when each HMemory row's original was stored
+        self.sample_ages = SampleAges(self.n_envs)
         # Per-env episode caches (Algorithm 1's B_i): length and return of the running episode.
         self.episode_lengths = np.zeros(self.n_envs, dtype=np.int64)
         self.episode_returns = np.zeros(self.n_envs, dtype=np.float64)
@@ -146,6 +149,7 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
     ) -> None:
         pos = self.pos
         super().add(obs, next_obs, action, reward, done, infos)  # Algorithm 1, line 7: copy to Memory
+        sample_ages_of(self).stored(1)
         if not self.episode_caches:
             return
         self.episode_lengths += 1
@@ -187,6 +191,7 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
             self.h_rewards[dst, 0] = self.rewards[src, env_idx]
             self.h_dones[dst, 0] = self.dones[src, env_idx]
             self.h_timeouts[dst, 0] = self.timeouts[src, env_idx]
+            self._stamps()[dst] = sample_ages_of(self).stamp(ring_ages(src, self.pos, self.buffer_size))
             self.h_pos = (self.h_pos + length) % self.hmemory_size
             self.h_size = min(self.h_size + length, self.hmemory_size)
             self.n_hmemory_episodes += 1
@@ -219,6 +224,8 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
             m_inds = np.random.randint(0, upper, size=n_m)
         m_envs = np.random.randint(0, self.n_envs, size=n_m)
         h_inds = np.random.randint(0, max(self.h_size, 1), size=n_h)
+        ages = sample_ages_of(self)
+        ages.add(np.concatenate([ring_ages(m_inds, self.pos, self.buffer_size), ages.since(self._stamps()[h_inds])]))
         m_part = self._gather(False, m_inds, m_envs, env)
         h_part = self._gather(True, h_inds, np.zeros(n_h, dtype=np.int64), env)
         self.last_hmemory_fraction = n_h / batch_size
@@ -231,6 +238,12 @@ class EpisodicDualReplayBuffer(ReplayBuffer):
             rewards=self.to_torch(rewards),
             discounts=None if self.n_steps == 1 else self.to_torch(_merge(from_h, m_part[5], h_part[5])),
         )
+
+    def _stamps(self) -> np.ndarray:
+        """``h_stamps`` (zeros for a replay pickled before it had them)."""
+        if not hasattr(self, "h_stamps"):
+            self.h_stamps = np.zeros(self.hmemory_size, dtype=np.int64)
+        return self.h_stamps
 
     def _gather(
         self, hmemory: bool, inds: np.ndarray, env_inds: np.ndarray, env: VecNormalize | None

@@ -11,6 +11,7 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer
 from stable_baselines3.common.vec_env import VecNormalize
 
+from sb3_async.common.buffers.ages import ring_ages, sample_ages_of
 from sb3_async.common.buffers.frames import FramePool, is_frame_space
 from sb3_async.common.buffers.n_step import check_n_step_buffer, n_step_batch
 from sb3_async.common.buffers.sum_tree import SumTree
@@ -351,6 +352,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         weights = importance_weights(leaf_values, self.tree.min, beta).astype(np.float32).reshape(-1, 1)
         indices = slots + self.capacity * (self.write_counts[slots] - 1)
         rows, env_inds = np.divmod(slots, self.n_envs)
+        sample_ages_of(self).add(ring_ages(rows, self.pos, self.buffer_size))
         obs = self._gather_obs("observations", self._obs_table(), slots)
         actions = np.take(
             self.actions.reshape(self.capacity, -1),

@@ -1,0 +1,142 @@
+"""Ape-X's actors (Horgan et al. 2018, Algorithm 1): runtime workers that step their env copies with a local copy of
+the networks and send the learner blocks of n-step transitions with their initial priorities.
+
+Each block also carries the learner update count of the parameters the actor acted with (the last slot of the
+published ``"params"`` entry), from which the learner logs ``async/param_age_*``; the actor reports the seconds it
+waited for the learner and its blocks in flight (``async/actor_wait_share``, ``async/blocks_in_flight``).
+"""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transitions
+from sb3_async.common.observations import check_finite_observations, check_finite_rewards
+from sb3_async.common.returns import bootstrap_truncated_rewards
+from sb3_async.common.torch_utils import build_worker_policy
+from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig, make_worker_envs
+from sb3_async.runtime import WorkerContext
+
+__all__ = ["ApeXActorConfig", "ApeXActorModel", "apex_actor", "published_parameters"]
+
+
+@dataclass
+class ApeXActorConfig(WorkerPolicyConfig):
+    """What an Ape-X actor needs."""
+
+    block_size: int
+    actor_update_interval: int
+    max_blocks_in_flight: int
+    published: tuple[str, ...]
+    model_class: type[ApeXActorModel]
+    exploration: float | np.ndarray  # one for all the actor's envs, or one per env
+
+
+class ApeXActorModel:
+    """The algorithm-specific part of an actor: acting, bootstrap values and initial priorities on its local copy.
+
+    :param policy: the actor's private policy (its published modules are refreshed from the learner)
+    :param cfg: the actor's configuration
+    :param rng: the actor's random generator
+    """
+
+    def __init__(self, policy: Any, cfg: ApeXActorConfig, rng: np.random.Generator):
+        self.policy, self.cfg, self.rng = policy, cfg, rng
+
+    @abstractmethod
+    def act(self, obs: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``(actions to store, actions for the env)`` for a batch of observations."""
+
+    @abstractmethod
+    def values(self, obs: np.ndarray) -> np.ndarray:
+        """Bootstrap values of time-limit-truncated last observations."""
+
+    @abstractmethod
+    def priorities(self, block: NStepTransitions) -> np.ndarray:
+        """Initial priorities ``|δ|`` of a block of n-step transitions."""
+
+
+def published_parameters(policy: nn.Module, names: tuple[str, ...]) -> list[torch.Tensor]:
+    """The parameters the learner publishes to the actors, in a fixed order."""
+    return [param for name in names for param in getattr(policy, name).parameters()]
+
+
+def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
+    """One Ape-X actor (Algorithm 1)."""
+    env = make_worker_envs(ctx, cfg)
+    policy = build_worker_policy(cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule, cfg.policy_kwargs)
+    policy.set_training_mode(False)
+    local = published_parameters(policy, cfg.published)
+    shared: list[torch.Tensor] = ctx.shared["params"][:-1]
+    version: torch.Tensor = ctx.shared["params"][-1]  # the learner's update count when it published them
+    inserted: torch.Tensor = ctx.shared["inserted"]
+    model = cfg.model_class(policy, cfg, np.random.default_rng(ctx.seed))
+    env_offset = ctx.rank * cfg.n_envs  # global index of the actor's first env
+    reporter = StatsReporter(ctx, env_offset=env_offset)
+    builder = NStepBuilder(cfg.n_envs, cfg.n_steps, cfg.gamma)
+
+    acted_with = 0  # the learner update count of the local parameters (read first: never newer than they are)
+
+    def synchronize() -> None:  # θ ← learner.Parameters()
+        nonlocal acted_with
+        acted_with = int(version[0])
+        with torch.no_grad():
+            torch._foreach_copy_(local, shared)
+
+    synchronize()
+    obs = env.reset()
+    check_finite_observations(obs, env_offset)
+    local_buffer: list[tuple[Any, Any, float, bool, Any]] = []
+    # A restarted actor counts from the blocks the learner inserted for this rank, so the bound below still holds.
+    sent, since_sync, waited = int(inserted[ctx.rank]), 0, 0.0
+
+    def flush() -> None:
+        nonlocal sent
+        block = stack_transitions(local_buffer)
+        local_buffer.clear()
+        ctx.send("transitions", (block, model.priorities(block).astype(np.float64), acted_with))
+        sent += 1
+
+    while not ctx.should_stop():
+        stored, env_actions = model.act(obs)
+        new_obs, rewards, dones, infos = env.step(env_actions)
+        check_finite_observations(new_obs, env_offset)
+        check_finite_rewards(rewards, env_offset, lambda: ctx.num_timesteps)
+        rewards = rewards.astype(np.float32)
+        truncated = [i for i in np.flatnonzero(dones) if infos[i].get("TimeLimit.truncated", False)]
+        if truncated:  # bootstrap at time limits (SB3's convention): r + γ v(s_terminal), the transition stays done
+            mask = np.zeros(cfg.n_envs, dtype=bool)
+            mask[truncated] = True
+            values = np.zeros(cfg.n_envs, dtype=np.float32)
+            last_obs = np.stack([infos[i]["terminal_observation"] for i in truncated])
+            check_finite_observations(last_obs, [env_offset + i for i in truncated])
+            values[truncated] = model.values(last_obs)
+            rewards = bootstrap_truncated_rewards(rewards, mask, values, cfg.gamma)
+        reporter.record_infos(dones, infos)
+        local_buffer += builder.push(obs, stored, rewards, dones, new_obs)
+        obs = new_obs
+        ctx.add_steps(cfg.n_envs)
+        since_sync += cfg.n_envs
+        if len(local_buffer) >= cfg.block_size:
+            flush()
+            wait_start = time.monotonic()
+            # Bounded flow: wait while the learner has not inserted our older blocks (no drops, no unbounded queue).
+            while sent - int(inserted[ctx.rank]) > cfg.max_blocks_in_flight and not ctx.should_stop():
+                time.sleep(0.002)
+            waited += time.monotonic() - wait_start
+        if since_sync >= cfg.actor_update_interval:
+            synchronize()
+            since_sync = 0
+        reporter.record_worker(wait=waited, in_flight=sent - int(inserted[ctx.rank]))
+        reporter.maybe_flush(obs)
+    if local_buffer:
+        flush()
+    reporter.maybe_flush(obs, force=True)
+    env.close()
