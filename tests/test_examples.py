@@ -49,3 +49,22 @@ def test_pong_with_the_paper_settings(tmp_path: Path) -> None:
     out = run_example("a3c_pong.py", "--n-workers", "1", "--timesteps", "200", "--save-path", "pong", cwd=tmp_path)
     assert "Saved to pong.zip after" in out
     assert (tmp_path / "pong.zip").is_file()
+
+
+def test_monitoring_runs_and_their_figures(tmp_path: Path) -> None:
+    run_example("monitoring.py", "--a3c-timesteps", "4000", "--apex-timesteps", "2500", "--log-dir", "logs", cwd=tmp_path)
+    from sb3_async.benchmark.tensorboard_plots import read_scalars
+
+    runs = {path.name: read_scalars(path) for path in (tmp_path / "logs").iterdir()}
+    assert sorted(runs) == ["a3c_2_workers_1", "a3c_8_workers_1", "apex_free_1", "apex_ratio_32_1"]
+    assert "async/policy_lag_mean" in runs["a3c_8_workers_1"]
+    assert "async/param_age_mean" in runs["apex_ratio_32_1"] and "async/replay_ratio" in runs["apex_free_1"]
+    result = subprocess.run(
+        [sys.executable, "-m", "sb3_async.benchmark", "--tensorboard", "logs", "--out", "figures"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(path.name for path in (tmp_path / "figures").iterdir()) == ["monitoring_a3c.png", "monitoring_apex.png"]

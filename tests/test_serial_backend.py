@@ -295,3 +295,15 @@ def test_one_apex_actor_sends_the_same_blocks_with_mp_and_serial() -> None:
     for field in ("observations", "next_observations", "actions", "rewards", "dones"):
         assert np.array_equal(getattr(mp_replay, field)[:size], getattr(serial_replay, field)[:size]), field
     assert np.array_equal(mp_replay.tree.leaves(np.arange(size)), serial_replay.tree.leaves(np.arange(size)))
+
+
+def test_torch_profiler_sees_every_worker() -> None:
+    from torch._C._profiler import _ExperimentalConfig
+
+    model = serial_model("A3C", env="CartPole-v1")
+    every_thread = _ExperimentalConfig(profile_all_threads=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], experimental_config=every_thread) as prof:
+        model.learn(600)
+    # The workers' forward and backward passes (their threads), not only the main process' bookkeeping
+    threads_with_matmuls = {event.thread for event in prof.events() if event.name == "aten::addmm"}
+    assert len(threads_with_matmuls) >= 2, threads_with_matmuls

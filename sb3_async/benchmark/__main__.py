@@ -6,6 +6,7 @@ Examples::
     python -m sb3_async.benchmark --suite smoke --out /tmp/smoke
     python -m sb3_async.benchmark --suite cartpole --out benchmarks/results/cartpole --seeds 5 --algos a3c,a2c
     python -m sb3_async.benchmark --report benchmarks/results/cartpole     # results.md and plots from results.json
+    python -m sb3_async.benchmark --tensorboard benchmarks/results/monitoring --out docs/img  # async/ keys figures
     python -m sb3_async.benchmark --merge runs/s0 runs/s12 --out runs/cartpole  # seeds run apart, one table
     python -m sb3_async.benchmark --report benchmarks/results/env_pool_race --markdown --table script  # a script's table
     python -m sb3_async.benchmark --suite cartpole --algos a3c,torchrl_ppo --peer-python peers=.venv-peers/bin/python
@@ -116,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --report --markdown: which table (default: ratios for races to a threshold, score for fixed budgets)",
     )
     parser.add_argument(
+        "--tensorboard",
+        type=Path,
+        metavar="DIR",
+        help="draw monitoring_GROUP.png figures of the async/ keys of the TensorBoard runs in DIR into --out "
+        "(default: DIR); examples/monitoring.py writes such runs",
+    )
+    parser.add_argument(
         "--sync-docs",
         action="store_true",
         help="rewrite every generated table of README.md and docs/ (<!-- generated: ... --> blocks) from its folder",
@@ -194,6 +202,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sb3_async.benchmark.published import sync_docs
 
         print("\n".join(str(path) for path in sync_docs(Path.cwd())))
+        return 0
+    if args.tensorboard is not None:
+        from sb3_async.benchmark.tensorboard_plots import plot_tensorboard
+
+        try:
+            paths = plot_tensorboard(args.tensorboard, args.out or args.tensorboard)
+        except ValueError as error:
+            parser.error(str(error))
+        print("\n".join(str(path) for path in paths))
         return 0
     if args.report is not None and args.markdown:
         from sb3_async.benchmark.tables import render_folders
