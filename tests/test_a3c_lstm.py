@@ -182,7 +182,9 @@ def test_aliases_learn(alias: str, policy_class: type) -> None:
         "CnnLstmPolicy": lambda: FakeImageEnv(screen_height=40, screen_width=40, n_channels=1, discrete=True),
         "MultiInputLstmPolicy": lambda: SimpleMultiObsEnv(random_start=True),
     }
-    model = A3C(alias, envs[alias], n_workers=1, n_envs_per_worker=2, seed=0, policy_kwargs=dict(lstm_hidden_size=8))
+    model = A3C(
+        alias, envs[alias], n_workers=1, n_envs_per_worker=2, seed=0, policy_kwargs=dict(lstm_hidden_size=8), backend="serial"
+    )
     assert type(model.policy) is policy_class
     model.learn(200)
     assert model.num_timesteps >= 200
@@ -194,7 +196,8 @@ def test_time_limit_bootstraps_run_in_every_gradient_sharing_worker(algo: str) -
     from sb3_async import AsyncOneStepQ, AsyncSarsa
 
     algo_class = {"a3c": A3C, "async_one_step_q": AsyncOneStepQ, "async_sarsa": AsyncSarsa}[algo]
-    model = algo_class("MlpPolicy", lambda: gym.make("CartPole-v1", max_episode_steps=3), n_workers=1, n_envs_per_worker=2)
+    env = lambda: gym.make("CartPole-v1", max_episode_steps=3)  # noqa: E731
+    model = algo_class("MlpPolicy", env, n_workers=1, n_envs_per_worker=2, backend="serial")
     model.learn(120)
     assert model.num_timesteps >= 120 and len(model.ep_info_buffer) > 0
     assert all(info["l"] <= 3 for info in model.ep_info_buffer)

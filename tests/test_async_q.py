@@ -32,7 +32,7 @@ def test_smoke_mlp(model_class):
 
 def test_smoke_cnn_uses_the_paper_network():
     env = lambda: FakeImageEnv(screen_height=84, screen_width=84, n_channels=4, discrete=True)  # noqa: E731
-    model = AsyncNStepQ("CnnPolicy", env, n_workers=2, seed=0).learn(300)
+    model = AsyncNStepQ("CnnPolicy", env, n_workers=2, seed=0, backend="serial").learn(300)
     assert isinstance(model.policy.q_net.features_extractor, MnihCNN)
     # a single linear output unit per action on the 256 features (supp. §2)
     linear_layers = [m for m in model.policy.q_net.q_net.modules() if isinstance(m, torch.nn.Linear)]
@@ -40,7 +40,7 @@ def test_smoke_cnn_uses_the_paper_network():
 
 
 def test_smoke_multi_input():
-    AsyncSarsa("MultiInputPolicy", SimpleMultiObsEnv(random_start=False), n_workers=2, seed=0).learn(500)
+    AsyncSarsa("MultiInputPolicy", SimpleMultiObsEnv(random_start=False), n_workers=2, seed=0, backend="serial").learn(500)
 
 
 def test_continuous_actions_are_rejected():
@@ -77,13 +77,13 @@ def test_logs_carry_the_exploration_rate(model_class):
 
 
 def test_target_network_refreshed_every_interval_only():
-    frozen = AsyncOneStepQ("MlpPolicy", "CartPole-v1", n_workers=2, target_update_interval=10**9, seed=0)
+    frozen = AsyncOneStepQ("MlpPolicy", "CartPole-v1", n_workers=2, target_update_interval=10**9, seed=0, backend="serial")
     initial = [p.clone() for p in frozen.policy.q_net_target.parameters()]
     frozen.learn(2000)
     assert all(torch.equal(a, b) for a, b in zip(initial, frozen.policy.q_net_target.parameters()))
     assert any(not torch.equal(a, b) for a, b in zip(initial, frozen.policy.q_net.parameters()))
 
-    refreshed = AsyncOneStepQ("MlpPolicy", "CartPole-v1", n_workers=2, target_update_interval=500, seed=0)
+    refreshed = AsyncOneStepQ("MlpPolicy", "CartPole-v1", n_workers=2, target_update_interval=500, seed=0, backend="serial")
     initial = [p.clone() for p in refreshed.policy.q_net_target.parameters()]
     refreshed.learn(2000)
     assert any(not torch.equal(a, b) for a, b in zip(initial, refreshed.policy.q_net_target.parameters()))

@@ -119,7 +119,7 @@ def test_a_non_finite_reward_names_its_env_and_step():
 
 @pytest.mark.parametrize("name", ["A3C", "AsyncNStepQ", "ApeXDQN"])
 def test_worker_stops_at_a_nan_reward_before_learning_from_it(name):
-    model = small_model(name, NaNRewardEnv(at=50))
+    model = small_model(name, NaNRewardEnv(at=50), backend="serial")  # the worker's check: the same in a thread
     with pytest.raises(WorkerError, match=NON_FINITE_REWARD.format(r"[01]", "nan")):
         model.learn(5_000)
     parameters = np.concatenate([p.detach().numpy().ravel() for p in model.policy.parameters()])
