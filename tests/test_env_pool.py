@@ -242,7 +242,7 @@ def test_recv_with_uneven_step_times_serves_every_env():
 
 
 def test_recv_timeout_keeps_the_results():
-    with AsyncEnvPool(lambda: SleepyEnv(gym.make("CartPole-v1"), 0.5), n_envs=1) as pool:
+    with AsyncEnvPool(lambda: SleepyEnv(gym.make("CartPole-v1"), 0.5), n_envs=1, n_workers=1) as pool:
         pool.reset(seed=0)
         pool.send({0: 1})
         with pytest.raises(TimeoutError):
@@ -610,3 +610,24 @@ def test_pettingzoo_parallel_api_test_passes_with_autoreset_off():
     test = pytest.importorskip("pettingzoo.test", reason="pettingzoo is optional: not a dependency")
     with AsyncEnvPool("CartPole-v1", n_envs=3, autoreset=False) as pool:
         test.parallel_api_test(pool, num_cycles=200)
+
+
+def test_a_pool_takes_the_synchronous_layout_unless_told():
+    from sb3_async.env_pool.vec_env import synchronous_layout
+
+    with AsyncEnvPool("CartPole-v1", n_envs=4) as pool:
+        assert (pool.n_workers, pool.local_envs) == synchronous_layout(4)
+    with AsyncEnvPool("CartPole-v1", n_envs=4, n_workers=2) as pool:  # an explicit n_workers keeps its meaning
+        assert (pool.n_workers, pool.local_envs) == (2, 0)
+    with AsyncEnvPool("CartPole-v1", n_envs=4, local_envs=0) as pool:  # workers only: min(n_envs, cores)
+        assert (pool.n_workers, pool.local_envs) == (min(4, os.cpu_count() or 1), 0)
+
+
+def test_ae_ddpg_keeps_every_env_in_workers_by_default():
+    from sb3_async import AEDDPG
+
+    model = AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=4, learning_starts=10)
+    try:
+        assert (model.env.pool.n_workers, model.env.pool.local_envs) == (min(4, os.cpu_count() or 1), 0)
+    finally:
+        model.env.close()

@@ -5,6 +5,7 @@ a pool), and what rebuilds it after ``load()``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -50,7 +51,11 @@ def make_pool_vec_env(
             source, default_n_envs = pickled_env_factory(env), PAPER_N_ENVS
         else:
             raise TypeError(f"Invalid env={env!r}: expected an env id, a factory, a gym.Env, a DummyVecEnv or an AsyncEnvPool")
-        given = AsyncEnvPool(source, n_envs or default_n_envs, **pool_kwargs).as_vec_env()
+        count = n_envs or default_n_envs
+        if "n_workers" not in pool_kwargs and "local_envs" not in pool_kwargs:
+            # AE-DDPG's learner works while the envs step: none of them in this process, one worker per core at most
+            pool_kwargs = {**pool_kwargs, "n_workers": min(count, os.cpu_count() or 1), "local_envs": 0}
+        given = AsyncEnvPool(source, count, **pool_kwargs).as_vec_env()
     copies = given.pool.n_env_copies  # a multi-agent env's copies (a slot per agent each), else its envs
     if n_envs is not None and copies != n_envs:
         if source is not None:  # built here: nobody else will close it

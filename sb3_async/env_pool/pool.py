@@ -55,17 +55,20 @@ class AsyncEnvPool(EnvPoolBase):
         ``make_vec_env``); with a multi-agent env the pool has ``n_envs`` times its agents slots. ``n_workers`` and
         ``local_envs`` count env copies too
     :param env_kwargs: keyword arguments for ``gymnasium.make`` when ``env`` is an id
-    :param n_workers: number of worker processes (default: ``min(n_envs, os.cpu_count())``: several envs per process
-        when there are more envs than cores, since each message between processes costs about as much as a cheap env
-        step; ``n_workers=n_envs`` for envs that wait rather than compute; ``0`` steps every env in this process, the
-        fastest for envs cheaper than a message, as ``DummyVecEnv``, though ``send`` then blocks)
-    :param local_envs: how many envs this process steps itself while the workers step the others (default: every env
-        when ``n_workers=0``, else none). The last ``local_envs`` ids are stepped here, after the workers were sent
-        theirs, so both run at once and this process works where it would wait; ``send`` then blocks while the local
-        envs step. For synchronous stepping (a VecEnv) one process per core, this one included, is the fastest layout
-        measured on 2 cores: ``n_workers=1, local_envs=n_envs // 2`` stepped 1.33-1.37x ``DummyVecEnv`` on HalfCheetah
-        and 1.43-1.49x on Pong, 0.92-1.12x on CartPole (docs/benchmarks.md, "AsyncEnvPool speed"); ``PoolVecEnv``
-        built from factories picks it (:func:`~sb3_async.env_pool.vec_env.synchronous_layout`)
+    :param n_workers: number of worker processes. Without ``n_workers`` and ``local_envs``, one process per core, this
+        one included, each with an equal share of the envs (:func:`~sb3_async.env_pool.vec_env.synchronous_layout`:
+        on 2 cores 1 worker and ``local_envs=n_envs // 2``), the fastest layout for stepping every env together; with
+        ``backend="ray"``, ``min(n_envs, os.cpu_count())``. ``n_workers=n_envs`` for envs that wait rather than
+        compute; ``0`` steps every env in this process, the fastest for envs cheaper than a message, as
+        ``DummyVecEnv``, though ``send`` then blocks; ``send``/``recv`` pipelines whose main process has work of its
+        own pass ``local_envs=0``
+    :param local_envs: how many envs this process steps itself while the workers step the others (default: the layout
+        above when neither is given, every env when ``n_workers=0``, else none). The last ``local_envs`` ids are stepped
+        here, after the workers were sent theirs, so both run at once and this process works where it would wait;
+        ``send`` then blocks while the local envs step. For synchronous stepping (a VecEnv) one process per core, this
+        one included, is the fastest layout measured on 2 cores: ``n_workers=1, local_envs=n_envs // 2`` stepped
+        1.33-1.37x ``DummyVecEnv`` on HalfCheetah and 1.43-1.49x on Pong, 0.92-1.12x on CartPole (docs/benchmarks.md,
+        "AsyncEnvPool speed")
     :param autoreset: ``True`` (default): same-step autoreset, an env that ends is reset in its worker and the step
         returns the new episode's first observation, the last observation and info in ``infos[id]["final_obs"]`` and
         ``infos[id]["final_info"]`` (no discarded action, no fake transition, as SB3's VecEnvs); ``False``:

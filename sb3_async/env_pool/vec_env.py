@@ -6,7 +6,6 @@ Kept apart from the pool because it imports stable_baselines3 (and so torch), wh
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,29 +16,11 @@ from gymnasium import spaces
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
 from sb3_async.env_pool.buffers import ARRAY_SPACES
-from sb3_async.env_pool.core import EnvError, EnvPoolBase
+from sb3_async.env_pool.core import EnvError, EnvPoolBase, synchronous_layout
 from sb3_async.env_pool.groups import SpacesDifferError
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
-from sb3_async.validation import check_int
 
 __all__ = ["PoolVecEnv", "synchronous_layout"]
-
-
-def synchronous_layout(n_envs: int, cpus: int | None = None) -> tuple[int, int]:
-    """``(n_workers, local_envs)`` for stepping ``n_envs`` envs synchronously on ``cpus`` cores (default: the cores this
-    process may run on): one process per core, this one included, each with an equal share of the envs (the workers
-    take the remainder). While the workers step, this process steps its share instead of waiting; on 2 cores this
-    layout (1 worker + this process) stepped 1.33-1.37x ``DummyVecEnv`` on HalfCheetah, 1.43-1.49x on Pong and
-    0.92-1.12x on CartPole, against 1.12-1.39x and 0.57-0.98x with 2 workers and an idle main process
-    (docs/benchmarks.md, "AsyncEnvPool speed"). One env or one core: every env in this process.
-    """
-    n_envs = check_int("n_envs", n_envs, 1)
-    if cpus is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    processes = min(n_envs, check_int("cpus", cpus, 1))
-    if processes == 1:
-        return 0, n_envs
-    return processes - 1, n_envs // processes
 
 
 class PoolVecEnv(VecEnv):
@@ -51,17 +32,11 @@ class PoolVecEnv(VecEnv):
 
     :param pool: the pool (``autoreset=True``), or env factories to build one from; closing this VecEnv closes it
     :param pool_kwargs: for the pool when ``pool`` is a list of factories (as ``vec_env_kwargs``; see
-        :class:`~sb3_async.env_pool.AsyncEnvPool`). Without ``n_workers`` and ``local_envs``, the layout of
-        :func:`synchronous_layout`: a VecEnv steps synchronously, so this process steps a share of the envs instead of
-        waiting for the workers
+        :class:`~sb3_async.env_pool.AsyncEnvPool`, whose default layout, :func:`synchronous_layout`, suits a VecEnv)
     """
 
     def __init__(self, pool: EnvPoolBase | list[Callable[[], gym.Env]], **pool_kwargs: Any):
         if isinstance(pool, list):
-            layout_given = "n_workers" in pool_kwargs or "local_envs" in pool_kwargs
-            default_engine = pool_kwargs.get("backend", "mp") == "mp" and pool_kwargs.get("engine", "gymnasium") == "gymnasium"
-            if not layout_given and default_engine:
-                pool_kwargs["n_workers"], pool_kwargs["local_envs"] = synchronous_layout(len(pool))
             pool = EnvPoolBase(pool, **pool_kwargs)
         elif pool_kwargs:
             raise ValueError(f"pool_kwargs {sorted(pool_kwargs)} apply to a list of env factories, not to a built pool")
