@@ -1,11 +1,8 @@
 """What Ape-X DQN and Ape-X DPG share (Horgan et al. 2018, Algorithms 1 and 2): actors on the runtime, one learner in
 the main process, one prioritized replay.
 
-* Actors (:func:`apex_actor`, runtime workers): each steps its env copies with a local copy of the networks, builds
-  n-step transitions (:class:`~sb3_async.apex.returns.NStepBuilder`), computes their initial priorities ``|δ|`` with
-  its own copy in batch when it flushes its local buffer of ``block_size`` transitions, sends the block with
-  ``ctx.send`` and refreshes its parameters from the learner's published copy every ``actor_update_interval`` env
-  steps.
+* Actors (:func:`~sb3_async.apex.actor.apex_actor`, runtime workers, :mod:`sb3_async.apex.actor`): each steps its
+  env copies, builds n-step transitions with their initial priorities and sends them to the learner in blocks.
 * Learner (:meth:`ApeXAlgorithm._learner_step`, called by ``WorkerSupervision._supervise`` between two polls): inserts
   the received blocks, samples prioritized batches, applies the IS-weighted update, writes back the new priorities,
   refreshes the target network and publishes the parameters to shared memory.
@@ -22,136 +19,26 @@ import time
 import warnings
 from abc import abstractmethod
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from stable_baselines3.common.save_util import load_from_pkl
 from stable_baselines3.common.type_aliases import Schedule
-from torch import nn
 
-from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transitions
+from sb3_async.apex.actor import ApeXActorConfig, ApeXActorModel, apex_actor, published_parameters
+from sb3_async.apex.returns import NStepTransitions
 from sb3_async.common.async_algorithm import AsyncAlgorithm
+from sb3_async.common.buffers.masked import MaskedPrioritizedReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer, check_replay_memory
-from sb3_async.common.observations import check_finite_observations, check_finite_rewards
-from sb3_async.common.returns import bootstrap_truncated_rewards
+from sb3_async.common.masks import masking_supported
 from sb3_async.common.save_util import AtomicReplaySaves, check_pickled_class, replay_file_errors
-from sb3_async.common.torch_utils import build_worker_policy
-from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig, make_worker_envs
-from sb3_async.runtime import Runtime, WorkerContext, WorkerSpec
+from sb3_async.runtime import Runtime, WorkerSpec
 from sb3_async.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
 from sb3_async.validation import check_float, check_int, check_replay_sizes
 
-
-@dataclass
-class ApeXActorConfig(WorkerPolicyConfig):
-    """What an Ape-X actor needs."""
-
-    block_size: int
-    actor_update_interval: int
-    max_blocks_in_flight: int
-    published: tuple[str, ...]
-    model_class: type[ApeXActorModel]
-    exploration: float | np.ndarray  # one for all the actor's envs, or one per env
-
-
-class ApeXActorModel:
-    """The algorithm-specific part of an actor: acting, bootstrap values and initial priorities on its local copy.
-
-    :param policy: the actor's private policy (its published modules are refreshed from the learner)
-    :param cfg: the actor's configuration
-    :param rng: the actor's random generator
-    """
-
-    def __init__(self, policy: Any, cfg: ApeXActorConfig, rng: np.random.Generator):
-        self.policy, self.cfg, self.rng = policy, cfg, rng
-
-    @abstractmethod
-    def act(self, obs: Any) -> tuple[np.ndarray, np.ndarray]:
-        """``(actions to store, actions for the env)`` for a batch of observations."""
-
-    @abstractmethod
-    def values(self, obs: np.ndarray) -> np.ndarray:
-        """Bootstrap values of time-limit-truncated last observations."""
-
-    @abstractmethod
-    def priorities(self, block: NStepTransitions) -> np.ndarray:
-        """Initial priorities ``|δ|`` of a block of n-step transitions."""
-
-
-def published_parameters(policy: nn.Module, names: tuple[str, ...]) -> list[torch.Tensor]:
-    """The parameters the learner publishes to the actors, in a fixed order."""
-    return [param for name in names for param in getattr(policy, name).parameters()]
-
-
-def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
-    """One Ape-X actor (Algorithm 1)."""
-    env = make_worker_envs(ctx, cfg)
-    policy = build_worker_policy(cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule, cfg.policy_kwargs)
-    policy.set_training_mode(False)
-    local = published_parameters(policy, cfg.published)
-    shared: list[torch.Tensor] = ctx.shared["params"]
-    inserted: torch.Tensor = ctx.shared["inserted"]
-    model = cfg.model_class(policy, cfg, np.random.default_rng(ctx.seed))
-    env_offset = ctx.rank * cfg.n_envs  # global index of the actor's first env
-    reporter = StatsReporter(ctx, env_offset=env_offset)
-    builder = NStepBuilder(cfg.n_envs, cfg.n_steps, cfg.gamma)
-
-    def synchronize() -> None:  # θ ← learner.Parameters()
-        with torch.no_grad():
-            torch._foreach_copy_(local, shared)
-
-    synchronize()
-    obs = env.reset()
-    check_finite_observations(obs, env_offset)
-    local_buffer: list[tuple[Any, Any, float, bool, Any]] = []
-    # A restarted actor counts from the blocks the learner inserted for this rank, so the bound below still holds.
-    sent, since_sync, waited, started = int(inserted[ctx.rank]), 0, 0.0, time.monotonic()
-
-    def flush() -> None:
-        nonlocal sent
-        block = stack_transitions(local_buffer)
-        local_buffer.clear()
-        ctx.send("transitions", (block, model.priorities(block).astype(np.float64)))
-        sent += 1
-
-    while not ctx.should_stop():
-        stored, env_actions = model.act(obs)
-        new_obs, rewards, dones, infos = env.step(env_actions)
-        check_finite_observations(new_obs, env_offset)
-        check_finite_rewards(rewards, env_offset, lambda: ctx.num_timesteps)
-        rewards = rewards.astype(np.float32)
-        truncated = [i for i in np.flatnonzero(dones) if infos[i].get("TimeLimit.truncated", False)]
-        if truncated:  # bootstrap at time limits (SB3's convention): r + γ v(s_terminal), the transition stays done
-            mask = np.zeros(cfg.n_envs, dtype=bool)
-            mask[truncated] = True
-            values = np.zeros(cfg.n_envs, dtype=np.float32)
-            last_obs = np.stack([infos[i]["terminal_observation"] for i in truncated])
-            check_finite_observations(last_obs, [env_offset + i for i in truncated])
-            values[truncated] = model.values(last_obs)
-            rewards = bootstrap_truncated_rewards(rewards, mask, values, cfg.gamma)
-        reporter.record_infos(dones, infos)
-        local_buffer += builder.push(obs, stored, rewards, dones, new_obs)
-        obs = new_obs
-        ctx.add_steps(cfg.n_envs)
-        since_sync += cfg.n_envs
-        if len(local_buffer) >= cfg.block_size:
-            flush()
-            wait_start = time.monotonic()
-            # Bounded flow: wait while the learner has not inserted our older blocks (no drops, no unbounded queue).
-            while sent - int(inserted[ctx.rank]) > cfg.max_blocks_in_flight and not ctx.should_stop():
-                time.sleep(0.002)
-            waited += time.monotonic() - wait_start
-        if since_sync >= cfg.actor_update_interval:
-            synchronize()
-            since_sync = 0
-        reporter.record_train(actor_wait_fraction=waited / max(time.monotonic() - started, 1e-9))
-        reporter.maybe_flush(obs)
-    if local_buffer:
-        flush()
-    reporter.maybe_flush(obs, force=True)
-    env.close()
+# The actor side lives in sb3_async.apex.actor; its names stay importable from here.
+__all__ = ["ApeXActorConfig", "ApeXActorModel", "ApeXAlgorithm", "apex_actor", "published_parameters"]
 
 
 class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
@@ -288,8 +175,9 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
         ]
 
     def _setup_replay(self) -> None:
-        if self.replay_buffer is None:
-            self.replay_buffer = PrioritizedReplayBuffer(
+        if self.replay_buffer is None:  # with action masks, one that keeps each transition's next-state mask too
+            masked = masking_supported(self.env)
+            self.replay_buffer = (MaskedPrioritizedReplayBuffer if masked else PrioritizedReplayBuffer)(
                 self.buffer_size,
                 self.observation_space,
                 self.action_space,
@@ -298,6 +186,12 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
                 handle_timeout_termination=False,  # actors bootstrap time-limit truncations themselves
                 alpha=self.alpha,
                 beta=self.beta,
+            )
+        elif masking_supported(self.env) != isinstance(self.replay_buffer, MaskedPrioritizedReplayBuffer):
+            has = "has" if masking_supported(self.env) else "has no"
+            raise ValueError(
+                f"Invalid env: it {has} action_masks() (action masks), and the loaded replay buffer was filled "
+                f"{'without' if has == 'has' else 'with'} them: give the env it was filled with, or start a new replay"
             )
 
     def _setup_model(self) -> None:
@@ -419,6 +313,7 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
                     block.dones[part, None],
                     None,
                     priorities=priorities[part, None],
+                    **({} if block.next_masks is None else {"next_masks": block.next_masks[part, None]}),
                 )
             self._flow["inserted"] += n
             if learning:
