@@ -24,6 +24,7 @@ from sb3_async.common.hogwild import (
     stack_steps,
     tensor_obs,
 )
+from sb3_async.common.masks import mask_policy, masked_policy, predict_masks
 from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, MnihActivations, MnihCNN, SoftplusGaussianPolicy
 from sb3_async.common.returns import gae_advantages, nstep_returns
 from sb3_async.common.torch_utils import has_categorical_head, sample_actions, sample_categorical, to_tensor
@@ -185,7 +186,9 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     worker = HogwildWorker(ctx, cfg)
     local = worker.policy  # θ'
     lstm = LstmCarry(local, cfg.n_envs) if isinstance(local, RecurrentActorCriticPolicy) else None
-    recorded = RecordedActing(local) if RecordedActing.supports(local) else None
+    # with action masks, every pass goes through the policy's masked categorical (acting, log-probabilities, entropy)
+    masked = mask_policy(local) if worker.masks is not None else None
+    recorded = RecordedActing(local) if masked is None and RecordedActing.supports(local) else None
     box = isinstance(cfg.action_space, spaces.Box)
     low, high = (cfg.action_space.low, cfg.action_space.high) if isinstance(cfg.action_space, spaces.Box) else (None, None)
     discrete = isinstance(cfg.action_space, spaces.Discrete)
@@ -198,10 +201,15 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
         if cfg.use_sde and cfg.sde_sample_freq > 0 and steps_since_noise % cfg.sde_sample_freq == 0:
             local.reset_noise(cfg.n_envs)
         steps_since_noise += 1
+        if masked is not None:
+            masked.masks = worker.masks
         if lstm is not None:
             return lstm.act(obs, worker.episode_starts)
         if recorded is not None:
             return recorded.act(obs)
+        if masked is not None:
+            with torch.no_grad():
+                return local.get_distribution(to_tensor(obs)).get_actions().numpy()
         return sample_actions(local, obs)
 
     def terminal_value(obs: Any, envs: np.ndarray) -> np.ndarray:
@@ -231,6 +239,9 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
         batch_actions = torch.as_tensor(stack_steps(segment.actions))
         if discrete:
             batch_actions = batch_actions.long().flatten()
+        if masked is not None:  # the segment's masks, in the order of the batch the policy evaluates
+            segment_masks = torch.as_tensor(stack_steps(segment.masks))
+            masked.masks = _env_major(segment_masks, cfg.n_envs) if lstm is not None else segment_masks
         if lstm is not None:
             values, log_prob, entropy = lstm.replay(segment, batch_actions, start_states, start_episode_starts)
         elif recorded is not None:
@@ -403,6 +414,22 @@ class A3C(HogwildAlgorithm):
             raise ValueError(f"Invalid use_sde=True: {self.policy_class.__name__} has no gSDE head (use 'MlpPolicy')")
         self.policy = policy.to(torch.device("cpu"))
         self._setup_optimizer()
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """SB3's ``predict``; with ``action_masks`` (sb3-contrib's ``MaskablePPO.predict`` convention: bools of shape
+        ``(n_actions,)`` for every observation, or ``(n_envs, n_actions)``), the actions come from the masked
+        categorical: never an illegal one, sampled or deterministic."""
+        if action_masks is None:
+            return super().predict(observation, state, episode_start, deterministic)
+        with masked_policy(self.policy, predict_masks(action_masks, self.action_space)):
+            return super().predict(observation, state, episode_start, deterministic)
 
     def _worker_specs(self) -> list[WorkerSpec]:
         cfg = _A3CWorkerConfig(

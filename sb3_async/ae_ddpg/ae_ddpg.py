@@ -42,6 +42,7 @@ from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
 from sb3_async.common.callbacks import LiveProgress
 from sb3_async.common.dpg import ddpg_policy_kwargs, dpg_update
+from sb3_async.common.masks import check_masked_action_space
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.save_util import AtomicReplaySaves, check_pickled_class, replay_file_errors
@@ -229,6 +230,7 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
             env, self.env_source = make_pool_vec_env(env, n_envs, self._pool_arguments())
             try:
                 check_observation_space(type(self).__name__, env.observation_space, self.supported_observation_spaces)
+                check_masked_action_space(type(self).__name__, env, env.action_space)  # masks: never for Box actions
                 if self.min_ready > env.num_envs:
                     raise ValueError(f"Invalid min_ready={self.min_ready}: at most the {env.num_envs} envs stepped (n_envs)")
             except ValueError:

@@ -1,5 +1,11 @@
-"""Ape-X's actors (Horgan et al. 2018, Algorithm 1): runtime workers that step their env copies with a local copy of
-the networks and send the learner blocks of n-step transitions with their initial priorities.
+"""The actor side of Ape-X (Horgan et al. 2018, Algorithm 1): :func:`apex_actor`, run by the runtime in each worker.
+
+Each actor steps its env copies with a local copy of the networks, builds n-step transitions
+(:class:`~sb3_async.apex.returns.NStepBuilder`), computes their initial priorities ``|δ|`` with its own copy in batch
+when it flushes its local buffer of ``block_size`` transitions, sends the block with ``ctx.send`` and refreshes its
+parameters from the learner's published copy every ``actor_update_interval`` env steps. With an env that gives action
+masks (sb3-contrib's ``action_masks()``, :mod:`sb3_async.common.masks`) it reads them after every step, acts and
+bootstraps over the legal actions only and sends each transition with the mask of its next state.
 
 Each block also carries the learner update count of the parameters the actor acted with (the last slot of the
 published ``"params"`` entry), from which the learner logs ``async/param_age_*``; the actor reports the seconds it
@@ -18,13 +24,12 @@ import torch
 from torch import nn
 
 from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transitions
+from sb3_async.common.masks import mask_reader
 from sb3_async.common.observations import check_finite_observations, check_finite_rewards
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.torch_utils import build_worker_policy
 from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig, make_worker_envs
 from sb3_async.runtime import WorkerContext
-
-__all__ = ["ApeXActorConfig", "ApeXActorModel", "apex_actor", "published_parameters"]
 
 
 @dataclass
@@ -51,12 +56,12 @@ class ApeXActorModel:
         self.policy, self.cfg, self.rng = policy, cfg, rng
 
     @abstractmethod
-    def act(self, obs: Any) -> tuple[np.ndarray, np.ndarray]:
-        """``(actions to store, actions for the env)`` for a batch of observations."""
+    def act(self, obs: Any, masks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(actions to store, actions for the env)`` for a batch of observations (``masks``: their legal actions)."""
 
     @abstractmethod
-    def values(self, obs: np.ndarray) -> np.ndarray:
-        """Bootstrap values of time-limit-truncated last observations."""
+    def values(self, obs: np.ndarray, masks: np.ndarray | None = None) -> np.ndarray:
+        """Bootstrap values of time-limit-truncated last observations (``masks``: their legal actions)."""
 
     @abstractmethod
     def priorities(self, block: NStepTransitions) -> np.ndarray:
@@ -80,6 +85,7 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
     model = cfg.model_class(policy, cfg, np.random.default_rng(ctx.seed))
     env_offset = ctx.rank * cfg.n_envs  # global index of the actor's first env
     reporter = StatsReporter(ctx, env_offset=env_offset)
+    masks = mask_reader(env, cfg.action_space, env_offset)  # None: the env gives no action masks
     builder = NStepBuilder(cfg.n_envs, cfg.n_steps, cfg.gamma)
 
     acted_with = 0  # the learner update count of the local parameters (read first: never newer than they are)
@@ -93,7 +99,8 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
     synchronize()
     obs = env.reset()
     check_finite_observations(obs, env_offset)
-    local_buffer: list[tuple[Any, Any, float, bool, Any]] = []
+    legal = None if masks is None else masks.read()  # the legal actions in obs
+    local_buffer: list[tuple[Any, ...]] = []
     # A restarted actor counts from the blocks the learner inserted for this rank, so the bound below still holds.
     sent, since_sync, waited = int(inserted[ctx.rank]), 0, 0.0
 
@@ -105,7 +112,7 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
         sent += 1
 
     while not ctx.should_stop():
-        stored, env_actions = model.act(obs)
+        stored, env_actions = model.act(obs) if legal is None else model.act(obs, legal)
         new_obs, rewards, dones, infos = env.step(env_actions)
         check_finite_observations(new_obs, env_offset)
         check_finite_rewards(rewards, env_offset, lambda: ctx.num_timesteps)
@@ -117,10 +124,15 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
             values = np.zeros(cfg.n_envs, dtype=np.float32)
             last_obs = np.stack([infos[i]["terminal_observation"] for i in truncated])
             check_finite_observations(last_obs, [env_offset + i for i in truncated])
-            values[truncated] = model.values(last_obs)
+            if masks is None:
+                values[truncated] = model.values(last_obs)
+            else:
+                values[truncated] = model.values(last_obs, masks.terminal(infos, np.array(truncated)))
             rewards = bootstrap_truncated_rewards(rewards, mask, values, cfg.gamma)
         reporter.record_infos(dones, infos)
-        local_buffer += builder.push(obs, stored, rewards, dones, new_obs)
+        if masks is not None:
+            legal = masks.after_step()
+        local_buffer += builder.push(obs, stored, rewards, dones, new_obs, legal)
         obs = new_obs
         ctx.add_steps(cfg.n_envs)
         since_sync += cfg.n_envs

@@ -33,11 +33,16 @@ from sb3_async.apex.actor import ApeXActorConfig, ApeXActorModel, apex_actor, pu
 from sb3_async.apex.returns import NStepTransitions
 from sb3_async.common.async_algorithm import AsyncAlgorithm
 from sb3_async.common.buffers.ages import sample_ages_of
+from sb3_async.common.buffers.masked import MaskedPrioritizedReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer, check_replay_memory
+from sb3_async.common.masks import masking_supported
 from sb3_async.common.save_util import AtomicReplaySaves, check_pickled_class, replay_file_errors
 from sb3_async.runtime import Runtime, WorkerSpec
 from sb3_async.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
 from sb3_async.validation import check_float, check_int, check_replay_sizes
+
+# The actor side lives in sb3_async.apex.actor; its names stay importable from here.
+__all__ = ["ApeXActorConfig", "ApeXActorModel", "ApeXAlgorithm", "apex_actor", "published_parameters"]
 
 
 class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
@@ -172,8 +177,9 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
         ]
 
     def _setup_replay(self) -> None:
-        if self.replay_buffer is None:
-            self.replay_buffer = PrioritizedReplayBuffer(
+        if self.replay_buffer is None:  # with action masks, one that keeps each transition's next-state mask too
+            masked = masking_supported(self.env)
+            self.replay_buffer = (MaskedPrioritizedReplayBuffer if masked else PrioritizedReplayBuffer)(
                 self.buffer_size,
                 self.observation_space,
                 self.action_space,
@@ -182,6 +188,12 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
                 handle_timeout_termination=False,  # actors bootstrap time-limit truncations themselves
                 alpha=self.alpha,
                 beta=self.beta,
+            )
+        elif masking_supported(self.env) != isinstance(self.replay_buffer, MaskedPrioritizedReplayBuffer):
+            has = "has" if masking_supported(self.env) else "has no"
+            raise ValueError(
+                f"Invalid env: it {has} action_masks() (action masks), and the loaded replay buffer was filled "
+                f"{'without' if has == 'has' else 'with'} them: give the env it was filled with, or start a new replay"
             )
 
     def _setup_model(self) -> None:
@@ -308,6 +320,7 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
                     block.dones[part, None],
                     None,
                     priorities=priorities[part, None],
+                    **({} if block.next_masks is None else {"next_masks": block.next_masks[part, None]}),
                 )
             self._flow["inserted"] += n
             if learning:

@@ -24,7 +24,7 @@ from sb3_async.validation import check_float
 class DPGActorModel(ApeXActorModel):
     """An Ape-X DPG actor: π(s, ψ) + N(0, σ²) per action dimension; priorities from its copies of the critic."""
 
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, obs: np.ndarray, masks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         with torch.no_grad():
             actions = self.policy.actor(to_tensor(obs)).numpy()
         actions = np.clip(actions + self.rng.normal(0.0, self.cfg.exploration, actions.shape), -1.0, 1.0).astype(np.float32)
@@ -34,7 +34,7 @@ class DPGActorModel(ApeXActorModel):
         obs = to_tensor(obs)
         return self.policy.critic_target(obs, self.policy.actor_target(obs))[0].flatten()
 
-    def values(self, obs: np.ndarray) -> np.ndarray:
+    def values(self, obs: np.ndarray, masks: np.ndarray | None = None) -> np.ndarray:
         with torch.no_grad():
             return self._target_values(obs).numpy()
 

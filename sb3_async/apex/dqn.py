@@ -21,9 +21,11 @@ from sb3_async.apex.returns import (
     double_q_values,
     weighted_squared_loss,
 )
+from sb3_async.common.buffers.masked import MaskedPrioritizedReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
 from sb3_async.common.epsilon_greedy import EpsilonGreedyPredict
 from sb3_async.common.exploration import epsilon_greedy
+from sb3_async.common.masks import masked_argmax, masked_epsilon_greedy
 from sb3_async.common.torch_utils import clip_grad_norm, to_tensor
 from sb3_async.validation import check_float
 
@@ -34,20 +36,26 @@ class DQNActorModel(ApeXActorModel):
     def _q(self, obs: Any, target: bool = False) -> torch.Tensor:
         return (self.policy.q_net_target if target else self.policy.q_net)(to_tensor(obs))
 
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def act(self, obs: np.ndarray, masks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        epsilon = np.asarray(self.cfg.exploration)
+        if masks is not None:  # ε-greedy over the legal actions
+            with torch.no_grad():
+                greedy = masked_argmax(self._q(obs).numpy(), masks)
+            actions = masked_epsilon_greedy(greedy, epsilon, masks, self.rng)
+            return actions, actions
         with torch.no_grad():
             greedy = self._q(obs).argmax(dim=1).numpy()
-        actions = epsilon_greedy(greedy, np.asarray(self.cfg.exploration), int(self.cfg.action_space.n), self.rng)  # type: ignore[attr-defined]
+        actions = epsilon_greedy(greedy, epsilon, int(self.cfg.action_space.n), self.rng)  # type: ignore[attr-defined]
         return actions, actions
 
-    def values(self, obs: np.ndarray) -> np.ndarray:
+    def values(self, obs: np.ndarray, masks: np.ndarray | None = None) -> np.ndarray:
         with torch.no_grad():
-            return double_q_values(self._q(obs), self._q(obs, target=True)).numpy()
+            return double_q_values(self._q(obs), self._q(obs, target=True), masks).numpy()
 
     def priorities(self, block: NStepTransitions) -> np.ndarray:
         with torch.no_grad():
             q = self._q(block.obs).gather(1, torch.as_tensor(block.actions, dtype=torch.long).reshape(-1, 1)).squeeze(1)
-            next_values = double_q_values(self._q(block.next_obs), self._q(block.next_obs, target=True))
+            next_values = double_q_values(self._q(block.next_obs), self._q(block.next_obs, target=True), block.next_masks)
             targets = bootstrapped_targets(
                 torch.as_tensor(block.returns), torch.as_tensor(block.dones), next_values, self.cfg.gamma**self.cfg.n_steps
             )
@@ -217,7 +225,10 @@ class ApeXDQN(EpsilonGreedyPredict, ApeXAlgorithm):
         dones = torch.as_tensor(batch.dones, device=device).flatten()
         weights = torch.as_tensor(batch.weights, device=device).flatten()
         with torch.no_grad():
-            next_values = double_q_values(self.policy.q_net(next_obs), self.policy.q_net_target(next_obs))
+            next_masks = None
+            if isinstance(self.replay_buffer, MaskedPrioritizedReplayBuffer):  # an env with action masks
+                next_masks = torch.as_tensor(self.replay_buffer.next_masks(batch.indices), device=device)
+            next_values = double_q_values(self.policy.q_net(next_obs), self.policy.q_net_target(next_obs), next_masks)
             targets = bootstrapped_targets(returns, dones, next_values, self.gamma**self.n_steps)
         q = self.policy.q_net(obs).gather(1, actions).squeeze(1)
         td_errors = targets - q

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from sb3_async.common.masks import masked_values
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.validation import check_int
 
@@ -50,6 +51,8 @@ class NStepTransitions(NamedTuple):
     returns: np.ndarray
     dones: np.ndarray
     next_obs: np.ndarray
+    #: legal actions of ``s_{t+n}`` (an env with action masks), else None
+    next_masks: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.returns)
@@ -70,25 +73,33 @@ class NStepBuilder:
         self._pending: list[deque[tuple[Any, Any, float]]] = [deque() for _ in range(n_envs)]
 
     def push(
-        self, obs: Any, actions: np.ndarray, rewards: np.ndarray, dones: np.ndarray, next_obs: Any
-    ) -> list[tuple[Any, Any, float, bool, Any]]:
-        """Add one step of every env; returns the completed transitions ``(s, a, G, d, s')``."""
-        out: list[tuple[Any, Any, float, bool, Any]] = []
+        self,
+        obs: Any,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        dones: np.ndarray,
+        next_obs: Any,
+        next_masks: np.ndarray | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """Add one step of every env; returns the completed transitions ``(s, a, G, d, s')``, with the action mask of
+        ``s'`` as a sixth item when ``next_masks`` (``(n_envs, n_actions)``, of ``next_obs``) is given."""
+        out: list[tuple[Any, ...]] = []
         for env, pending in enumerate(self._pending):
             pending.append((obs[env], actions[env], float(rewards[env])))
+            last = (next_obs[env],) if next_masks is None else (next_obs[env], next_masks[env])
             if dones[env]:
                 rewards_seq = np.array([step[2] for step in pending])
                 for j, (s, a, _) in enumerate(pending):
-                    out.append((s, a, float(discounted_return(rewards_seq[j:], self.gamma)), True, next_obs[env]))
+                    out.append((s, a, float(discounted_return(rewards_seq[j:], self.gamma)), True, *last))
                 pending.clear()
             elif len(pending) == self.n_steps:
                 rewards_seq = np.array([step[2] for step in pending])
                 s, a, _ = pending.popleft()
-                out.append((s, a, float(discounted_return(rewards_seq, self.gamma)), False, next_obs[env]))
+                out.append((s, a, float(discounted_return(rewards_seq, self.gamma)), False, *last))
         return out
 
 
-def stack_transitions(items: list[tuple[Any, Any, float, bool, Any]]) -> NStepTransitions:
+def stack_transitions(items: list[tuple[Any, ...]]) -> NStepTransitions:
     """Completed transitions as arrays."""
     return NStepTransitions(
         obs=np.stack([item[0] for item in items]),
@@ -96,9 +107,15 @@ def stack_transitions(items: list[tuple[Any, Any, float, bool, Any]]) -> NStepTr
         returns=np.array([item[2] for item in items], dtype=np.float32),
         dones=np.array([item[3] for item in items], dtype=np.float32),
         next_obs=np.stack([item[4] for item in items]),
+        next_masks=np.stack([item[5] for item in items]) if len(items[0]) > 5 else None,
     )
 
 
-def double_q_values(next_q_online: torch.Tensor, next_q_target: torch.Tensor) -> torch.Tensor:
-    """Double Q-learning's bootstrap value ``q(s', argmax_a q(s', a, θ), θ⁻)`` (van Hasselt et al. 2016; Ape-X §3.1)."""
+def double_q_values(
+    next_q_online: torch.Tensor, next_q_target: torch.Tensor, next_masks: torch.Tensor | np.ndarray | None = None
+) -> torch.Tensor:
+    """Double Q-learning's bootstrap value ``q(s', argmax_a q(s', a, θ), θ⁻)`` (van Hasselt et al. 2016; Ape-X §3.1);
+    with ``next_masks`` (legal actions of ``s'``, sb3-contrib's action masks), the argmax is over the legal actions."""
+    if next_masks is not None:
+        next_q_online = masked_values(next_q_online, next_masks)
     return next_q_target.gather(1, next_q_online.argmax(dim=1, keepdim=True)).squeeze(1)

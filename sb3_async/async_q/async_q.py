@@ -37,6 +37,7 @@ from sb3_async.common.hogwild import (
     stack_steps,
     tensor_obs,
 )
+from sb3_async.common.masks import masked_argmax, masked_epsilon_greedy, masked_values
 from sb3_async.common.policies import AsyncQCnnPolicy
 from sb3_async.common.returns import nstep_q_targets, one_step_q_targets, sarsa_targets
 from sb3_async.common.torch_utils import to_tensor
@@ -83,8 +84,13 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
             ctx.progress_remaining, cfg.exploration_initial_eps, cfg.exploration_final_eps, cfg.exploration_fraction
         )
 
-    def act(obs: Any, envs: np.ndarray | slice = slice(None)) -> np.ndarray:  # envs: whose ε (default: all)
-        return epsilon_greedy(_q_values(q_net, obs).argmax(axis=1), epsilon()[envs], n_actions, rng)
+    def act(obs: Any, envs: np.ndarray | slice = slice(None), masks: np.ndarray | None = None) -> np.ndarray:
+        """ε-greedy actions for ``obs``, of the envs ``envs`` (whose ε; default: all); with action masks (``masks``,
+        default the envs' current ones), greedy and random actions among the legal ones only."""
+        masks = worker.masks if masks is None else masks
+        if masks is None:
+            return epsilon_greedy(_q_values(q_net, obs).argmax(axis=1), epsilon()[envs], n_actions, rng)
+        return masked_epsilon_greedy(masked_argmax(_q_values(q_net, obs), masks), epsilon()[envs], masks, rng)
 
     # Sarsa needs a' = the action actually taken in s': each step's next action is chosen as soon as s' is seen and
     # taken at the next step (of this segment or the next one).
@@ -96,10 +102,10 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
         return actions
 
     def terminal_value(obs: Any, envs: np.ndarray) -> np.ndarray:  # bootstrap of a time-limit truncation, from θ⁻
-        q_target = _q_values(target_net, obs)
+        q_target, masks = _q_values(target_net, obs), worker.terminal_masks  # masks: legal actions in s_terminal
         if sarsa:  # the action the env's ε-greedy policy would take in s_terminal (never taken: the env was reset)
-            return q_target[np.arange(len(q_target)), act(obs, envs)]
-        return q_target.max(axis=1)
+            return q_target[np.arange(len(q_target)), act(obs, envs, masks)]
+        return q_target.max(axis=1) if masks is None else masked_values(q_target, masks).max(axis=1)
 
     while not ctx.should_stop():
         worker.synchronize()  # θ' = θ
@@ -107,7 +113,8 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
         n = len(segment)
         rewards, dones = np.stack(segment.rewards), np.stack(segment.dones)
         if cfg.target == "n_step_q":
-            targets = nstep_q_targets(rewards, dones, _q_values(target_net, segment.next_obs), cfg.gamma)
+            last_q = _q_values(target_net, segment.next_obs)
+            targets = nstep_q_targets(rewards, dones, last_q, cfg.gamma, segment.next_masks)
         else:
             next_obs = stack_steps([*segment.obs[1:], segment.next_obs])
             next_q = _q_values(target_net, next_obs).reshape(n, cfg.n_envs, n_actions)
@@ -118,8 +125,11 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
                 next_q_taken = np.take_along_axis(next_q, taken_next[..., None], axis=2)[..., 0]
                 targets = sarsa_targets(rewards, dones, next_q_taken, cfg.gamma)
             else:
+                next_masks = None  # with action masks: the legal actions of each next state
+                if segment.next_masks is not None:
+                    next_masks = np.stack([*segment.masks[1:], segment.next_masks]).reshape(-1, n_actions)
                 targets = one_step_q_targets(
-                    rewards.reshape(-1), dones.reshape(-1), next_q.reshape(-1, n_actions), cfg.gamma
+                    rewards.reshape(-1), dones.reshape(-1), next_q.reshape(-1, n_actions), cfg.gamma, next_masks
                 ).reshape(n, cfg.n_envs)
         q = q_net(tensor_obs(segment.obs))
         q_taken = q.gather(1, torch.as_tensor(stack_steps(segment.actions), dtype=torch.long).reshape(-1, 1)).flatten()

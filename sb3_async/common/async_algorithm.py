@@ -27,6 +27,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
 from sb3_async.common.callbacks import LiveProgress, frozen_evaluations, show_final_timesteps
+from sb3_async.common.masks import check_masked_action_space
 from sb3_async.common.normalization import load_statistics_state
 from sb3_async.common.normalization_sharing import SharedNormalization
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_observation_space
@@ -213,6 +214,8 @@ class AsyncAlgorithm(LiveProgress, WorkerSupervision, SharedNormalization, Atomi
                 f"Invalid env: {type(self).__name__} supports {accepted} action spaces, got {self.action_space}"
                 f"{self.other_action_spaces}"
             )
+        if env is not None:  # masks: Discrete actions only
+            check_masked_action_space(type(self).__name__, self.env, self.action_space)
         self._use_worker_view()
         self._train_stats: dict[int, dict[str, float]] = {}
         self._runtime: Runtime | None = None
@@ -285,6 +288,7 @@ class AsyncAlgorithm(LiveProgress, WorkerSupervision, SharedNormalization, Atomi
         from stable_baselines3.common.utils import check_for_correct_spaces
 
         check_for_correct_spaces(wrapped, self.observation_space, self.action_space)
+        check_masked_action_space(type(self).__name__, wrapped, self.action_space)
         self._env_recipe = self._given_env_recipe = recipe
         self._vec_normalize_env = unwrap_vec_normalize(wrapped)
         self.env = WorkerEnvsView(wrapped, self.n_envs_total)

@@ -17,7 +17,7 @@ in the loss, so the rest lives here:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from sb3_async.common.async_algorithm import AsyncAlgorithm
+from sb3_async.common.masks import mask_reader
 from sb3_async.common.observations import check_finite_observations, check_finite_rewards
 from sb3_async.common.optimizers import OPTIMIZER_NAMES, AsyncOptimizer, WorkerOptimizer, as_async_optimizer, make_optimizer
 from sb3_async.common.returns import bootstrap_truncated_rewards
@@ -67,13 +68,17 @@ class HogwildWorkerConfig(WorkerPolicyConfig):
 @dataclass
 class Segment:
     """Up to ``n_steps`` steps of every env of a worker, time first. ``rewards`` already include the bootstrap
-    ``γ V(s_terminal)`` of time-limit truncations; ``next_obs`` is the observation after the segment."""
+    ``γ V(s_terminal)`` of time-limit truncations; ``next_obs`` is the observation after the segment. With an env
+    that gives action masks, ``masks`` holds the legal actions of each step's observations and ``next_masks`` those of
+    ``next_obs`` (else ``[]`` and None)."""
 
     obs: list[Any]
     actions: list[np.ndarray]
     rewards: list[np.ndarray]
     dones: list[np.ndarray]
     next_obs: Any
+    masks: list[np.ndarray] = field(default_factory=list)
+    next_masks: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.obs)
@@ -109,6 +114,11 @@ class HogwildWorker:
         self._updates_at_snapshot = int(self.update_counts.sum())
         self.obs = self.env.reset()
         check_finite_observations(self.obs, self.env_offset)
+        self.mask_reader = mask_reader(self.env, cfg.action_space, self.env_offset)  # None: no action masks
+        #: the legal actions in each env's current observation (None: the env gives no masks); and, while
+        #: ``terminal_value`` runs, those of the truncated episodes' last observations
+        self.masks = None if self.mask_reader is None else self.mask_reader.read()
+        self.terminal_masks: np.ndarray | None = None
         # whether each env's current observation starts an episode (recurrent policies reset their state there);
         # all True at first, as RecurrentPPO's `_last_episode_starts`
         self.episode_starts = np.ones(cfg.n_envs, dtype=bool)
@@ -147,6 +157,8 @@ class HogwildWorker:
                 values = np.zeros(cfg.n_envs, dtype=np.float32)
                 last_obs = stack_steps([[infos[i]["terminal_observation"] for i in truncated]])
                 check_finite_observations(last_obs, self.env_offset + truncated)
+                if self.mask_reader is not None:
+                    self.terminal_masks = self.mask_reader.terminal(infos, truncated)
                 values[truncated] = terminal_value(last_obs, truncated)
                 mask = np.zeros(cfg.n_envs, dtype=bool)
                 mask[truncated] = True
@@ -157,9 +169,12 @@ class HogwildWorker:
             segment.rewards.append(rewards)
             segment.dones.append(dones)
             self.obs, self.episode_starts = new_obs, dones
+            if self.mask_reader is not None:
+                segment.masks.append(self.masks)  # type: ignore[arg-type]  # read whenever a reader exists
+                self.masks = self.mask_reader.after_step()
             if cfg.n_envs == 1 and dones[0]:
                 break
-        segment.next_obs = self.obs
+        segment.next_obs, segment.next_masks = self.obs, self.masks
         return segment
 
     def apply_gradients(self, loss: torch.Tensor, n_steps: int, after_backward: Callable[[], None] | None = None) -> int:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
+from sb3_async.common.masks import masked_values
+
 if TYPE_CHECKING:
     import torch
 
@@ -129,7 +131,9 @@ def _check_step_shapes(rewards: np.ndarray, dones: np.ndarray, next_values: np.n
         )
 
 
-def one_step_q_targets(rewards: np.ndarray, dones: np.ndarray, next_q_target: np.ndarray, gamma: float) -> np.ndarray:
+def one_step_q_targets(
+    rewards: np.ndarray, dones: np.ndarray, next_q_target: np.ndarray, gamma: float, next_masks: np.ndarray | None = None
+) -> np.ndarray:
     r"""Asynchronous one-step Q-learning targets (Mnih et al. 2016, Algorithm 1):
 
     .. math::
@@ -139,11 +143,15 @@ def one_step_q_targets(rewards: np.ndarray, dones: np.ndarray, next_q_target: np
     :param dones: ``(n,)`` True where the episode ended with the transition
     :param next_q_target: ``(n, n_actions)`` target-network values ``Q(s', ·; θ⁻)`` of the next states
     :param gamma: discount factor γ
+    :param next_masks: ``(n, n_actions)`` legal actions of the next states (sb3-contrib's action masks): the max is
+        over them only; None: every action
     :return: ``(n,)`` float32 targets
     """
     next_q_target = np.asarray(next_q_target, dtype=np.float32)
     if next_q_target.ndim != 2:
         raise ValueError(f"next_q_target must be (n, n_actions), got shape {next_q_target.shape}")
+    if next_masks is not None:
+        next_q_target = _legal_values(next_q_target, next_masks, np.asarray(dones, dtype=bool))
     return sarsa_targets(rewards, dones, next_q_target.max(axis=1), gamma)
 
 
@@ -167,7 +175,21 @@ def sarsa_targets(rewards: np.ndarray, dones: np.ndarray, next_q_target: np.ndar
     return (rewards + gamma * (1.0 - dones.astype(np.float32)) * next_q_target).astype(np.float32)
 
 
-def nstep_q_targets(rewards: np.ndarray, dones: np.ndarray, last_q_target: np.ndarray, gamma: float) -> np.ndarray:
+def _legal_values(q: np.ndarray, masks: np.ndarray, dones: np.ndarray) -> np.ndarray:
+    """``q`` ``(n, n_actions)`` with illegal actions at -inf, so that a max is over the legal ones; a row whose max is
+    never used (``dones``, no bootstrap) keeps its values (a terminal state may have no legal action)."""
+    masks = np.asarray(masks, dtype=bool)
+    if masks.shape != q.shape:
+        raise ValueError(f"Shapes do not match: Q-values {q.shape}, masks {masks.shape}")
+    empty = ~masks.any(axis=1) & ~dones
+    if empty.any():
+        raise ValueError(f"Invalid masks: row {int(np.flatnonzero(empty)[0])} has no legal action to bootstrap from")
+    return masked_values(q, masks | (dones[:, None] & ~masks.any(axis=1, keepdims=True)))
+
+
+def nstep_q_targets(
+    rewards: np.ndarray, dones: np.ndarray, last_q_target: np.ndarray, gamma: float, last_masks: np.ndarray | None = None
+) -> np.ndarray:
     r"""Asynchronous n-step Q-learning targets (supp. Algorithm S1), forward view: for each step of the segment, the
     longest available return, bootstrapped from :math:`\max_a Q(s_T, a; \theta^-)` (0 for a terminal ``s_T``).
 
@@ -175,11 +197,15 @@ def nstep_q_targets(rewards: np.ndarray, dones: np.ndarray, last_q_target: np.nd
     :param dones: ``(n_steps, n_envs)`` True where the episode ended with the transition
     :param last_q_target: ``(n_envs, n_actions)`` ``Q(s_T, ·; θ⁻)`` of the state after the segment
     :param gamma: discount factor γ
+    :param last_masks: ``(n_envs, n_actions)`` legal actions of ``s_T`` (sb3-contrib's action masks): the max is over
+        them only; None: every action
     :return: ``(n_steps, n_envs)`` float32 targets
     """
     last_q_target = np.asarray(last_q_target, dtype=np.float32)
     if last_q_target.ndim != 2:
         raise ValueError(f"last_q_target must be (n_envs, n_actions), got shape {last_q_target.shape}")
+    if last_masks is not None:
+        last_q_target = _legal_values(last_q_target, last_masks, np.zeros(len(last_q_target), dtype=bool))
     return nstep_returns(rewards, dones, last_q_target.max(axis=1), gamma)
 
 

@@ -65,6 +65,12 @@ class WorkerVecEnv(DummyVecEnv):
 
     _watchdog: StepWatchdog | None = None
     _labels: Sequence[str] = ()
+    _terminal_masks = False
+
+    def keep_terminal_masks(self) -> None:
+        """Keep the action mask of each episode's last observation (``action_masks()`` before the reset) in the step's
+        info, as ``"terminal_action_mask"`` (:mod:`sb3_async.common.masks`): a time-limit bootstrap maxes over it."""
+        self._terminal_masks = True
 
     def watch_steps(self, watchdog: StepWatchdog, labels: Sequence[str]) -> None:
         """Bracket each env's step (and the reset after its episode ends) for ``watchdog``, naming env ``i``
@@ -87,6 +93,8 @@ class WorkerVecEnv(DummyVecEnv):
             info["TimeLimit.truncated"] = truncated and not terminated
             if self.buf_dones[env_idx]:
                 info["terminal_observation"] = obs
+                if self._terminal_masks:
+                    info["terminal_action_mask"] = self.envs[env_idx].get_wrapper_attr("action_masks")()
                 obs, self.reset_infos[env_idx] = self.envs[env_idx].reset()
             if watchdog is not None:
                 watchdog.end()
