@@ -52,7 +52,7 @@ def test_pong_with_the_paper_settings(tmp_path: Path) -> None:
 
 
 def test_monitoring_runs_and_their_figures(tmp_path: Path) -> None:
-    run_example("monitoring.py", "--a3c-timesteps", "4000", "--apex-timesteps", "2500", "--log-dir", "logs", cwd=tmp_path)
+    run_example("monitoring.py", "--a3c-timesteps", "30000", "--apex-timesteps", "4000", "--log-dir", "logs", cwd=tmp_path)
     from sb3_async.benchmark.tensorboard_plots import read_scalars
 
     runs = {path.name: read_scalars(path) for path in (tmp_path / "logs").iterdir()}
