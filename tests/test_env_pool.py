@@ -328,7 +328,7 @@ def test_local_envs_step_in_this_process_alongside_the_workers():
 
 def test_vec_env_methods_and_wrappers():
     make = lambda: RecordEpisodeStatistics(FailingEnv(gym.make("CartPole-v1", render_mode="rgb_array"), 10**6))  # noqa: E731
-    venv = AsyncEnvPool(make, n_envs=3).as_vec_env()
+    venv = AsyncEnvPool(make, n_envs=3, n_workers=2).as_vec_env()  # envs 0 and 1 in worker processes
     try:
         assert venv.render_mode == "rgb_array"
         assert venv.get_attr("spec", indices=[1])[0].id == "CartPole-v1"
@@ -371,13 +371,13 @@ def test_synchronous_layout_names_a_bad_argument(kwargs, name):
         synchronous_layout(**kwargs)
 
 
-def test_pool_vec_env_from_factories_takes_the_synchronous_layout_unless_told():
+def test_pool_vec_env_from_factories_takes_the_default_layout_unless_told():
     from sb3_async.env_pool.vec_env import synchronous_layout
 
     venv = make_vec_env("CartPole-v1", n_envs=4, seed=3, vec_env_cls=PoolVecEnv)
     reference = make_vec_env("CartPole-v1", n_envs=4, seed=3)
-    try:
-        assert (venv.pool.n_workers, venv.pool.local_envs) == synchronous_layout(4)
+    try:  # CartPole's steps are about as cheap as a handover: either layout, by the probe's timing
+        assert (venv.pool.n_workers, venv.pool.local_envs) in (synchronous_layout(4), (0, 4))
         np.testing.assert_array_equal(venv.reset(), reference.reset())
         actions = np.array([0, 1, 1, 0])
         for _ in range(30):  # through episode ends: the same transitions as DummyVecEnv
@@ -612,11 +612,68 @@ def test_pettingzoo_parallel_api_test_passes_with_autoreset_off():
         test.parallel_api_test(pool, num_cycles=200)
 
 
-def test_a_pool_takes_the_synchronous_layout_unless_told():
+class SlowStepEnv(gym.Wrapper):
+    """CartPole whose steps last ``seconds`` (an env dearer than a message between processes)."""
+
+    def __init__(self, seconds: float = 0.002):
+        super().__init__(gym.make("CartPole-v1"))
+        self.seconds, self.steps, self.closed = seconds, 0, False
+
+    def step(self, action):
+        time.sleep(self.seconds)
+        self.steps += 1
+        return self.env.step(action)
+
+    def close(self):
+        self.closed = True
+        super().close()
+
+
+@pytest.mark.parametrize(
+    "n_envs, step_seconds, cpus, expected",
+    [
+        (8, 0.002, 2, (1, 4)),  # dear steps: one process per core, this one included
+        (8, 1e-6, 2, (0, 8)),  # the workers' share steps faster than a handover: every env here
+        (64, 5e-6, 2, (1, 32)),  # 32 cheap steps outweigh the handover
+        (8, None, 2, (1, 4)),  # step time unknown (a multi-agent env): one process per core
+        (8, 1e-6, 1, (0, 8)),
+    ],
+)
+def test_default_layout_weighs_the_workers_share_against_a_handover(n_envs, step_seconds, cpus, expected):
+    from sb3_async.env_pool.layout import default_layout
+
+    assert default_layout(n_envs, step_seconds, cpus) == expected
+
+
+def test_the_probe_times_a_step_and_closes_its_env():
+    from sb3_async.env_pool.layout import probe_step_seconds
+
+    built = []
+
+    def factory():
+        built.append(SlowStepEnv(0.003))
+        return built[-1]
+
+    assert probe_step_seconds(factory) >= 0.003
+    assert len(built) == 1 and built[0].steps >= 2 and built[0].closed
+    assert probe_step_seconds(lambda: object()) is None  # not a gymnasium env: unknown
+
+    def failing():
+        raise RuntimeError("cannot build")
+
+    assert probe_step_seconds(failing) is None  # the pool's own build reports it
+
+
+def test_a_pool_takes_the_default_layout_unless_told(monkeypatch):
+    from sb3_async.env_pool import core
     from sb3_async.env_pool.vec_env import synchronous_layout
 
-    with AsyncEnvPool("CartPole-v1", n_envs=4) as pool:
+    with AsyncEnvPool(SlowStepEnv, n_envs=4) as pool:  # dear steps
         assert (pool.n_workers, pool.local_envs) == synchronous_layout(4)
+    if synchronous_layout(4)[0]:  # several cores: steps cheaper than a handover stay here
+        monkeypatch.setattr(core, "probe_step_seconds", lambda factory: 1e-7)
+        with AsyncEnvPool("CartPole-v1", n_envs=4) as pool:
+            assert (pool.n_workers, pool.local_envs) == (0, 4)
     with AsyncEnvPool("CartPole-v1", n_envs=4, n_workers=2) as pool:  # an explicit n_workers keeps its meaning
         assert (pool.n_workers, pool.local_envs) == (2, 0)
     with AsyncEnvPool("CartPole-v1", n_envs=4, local_envs=0) as pool:  # workers only: min(n_envs, cores)

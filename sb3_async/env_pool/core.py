@@ -32,6 +32,7 @@ from gymnasium import spaces
 
 from sb3_async.env_pool.buffers import SharedBuffers
 from sb3_async.env_pool.groups import EnvError, Workers
+from sb3_async.env_pool.layout import default_layout, probe_step_seconds, synchronous_layout
 from sb3_async.env_pool.multi_agent import DEAD_AGENTS, agent_slots_factory
 from sb3_async.env_pool.processes import ProcessWorkers
 from sb3_async.env_pool.remote import RemoteCalls
@@ -111,23 +112,6 @@ def make_factories(
             raise ValueError(f"n_envs={n_envs} but {len(factories)} env factories were given")
         return factories
     raise TypeError(f"env must be an env id, an env, a callable returning an env, or a list of such callables; got {env!r}")
-
-
-def synchronous_layout(n_envs: int, cpus: int | None = None) -> tuple[int, int]:
-    """``(n_workers, local_envs)`` for stepping ``n_envs`` envs synchronously on ``cpus`` cores (default: the cores this
-    process may run on): one process per core, this one included, each with an equal share of the envs (the workers
-    take the remainder). While the workers step, this process steps its share instead of waiting; on 2 cores this
-    layout (1 worker + this process) stepped 1.33-1.37x ``DummyVecEnv`` on HalfCheetah, 1.43-1.49x on Pong and
-    0.92-1.12x on CartPole, against 1.12-1.39x and 0.57-0.98x with 2 workers and an idle main process
-    (docs/benchmarks.md, "AsyncEnvPool speed"). One env or one core: every env in this process.
-    """
-    n_envs = check_int("n_envs", n_envs, 1)
-    if cpus is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    processes = min(n_envs, check_int("cpus", cpus, 1))
-    if processes == 1:
-        return 0, n_envs
-    return processes - 1, n_envs // processes
 
 
 def _release(closer: tuple[Any, tuple[Any, ...]] | None, buffers: list[SharedBuffers], timeout: float) -> None:
@@ -231,12 +215,14 @@ class EnvPoolBase(RemoteCalls):
 
     def _check_workers(self, n_workers: int | None, local_envs: int | None, backend: str) -> None:
         """Set ``n_envs``, ``n_workers`` and ``local_envs``: every worker holds an env, the rest step here. Neither given
-        (worker processes on this machine): :func:`synchronous_layout`."""
+        (worker processes on this machine): :func:`~sb3_async.env_pool.layout.default_layout`, from the step time of
+        an extra copy of the last env, built and closed here first."""
         self.n_envs = len(self._factories)
         if self.n_envs == 0:
             raise ValueError("At least one env factory is needed")
         if n_workers is None and local_envs is None and backend == "mp" and self.engine == "gymnasium":
-            n_workers, local_envs = synchronous_layout(self.n_envs)
+            step_seconds = probe_step_seconds(self._factories[-1]) if synchronous_layout(self.n_envs)[0] else None
+            n_workers, local_envs = default_layout(self.n_envs, step_seconds)
         elif n_workers is None:
             n_workers = min(self.n_envs, os.cpu_count() or 1)
         self.n_workers = check_int("n_workers", n_workers, 0)

@@ -55,9 +55,10 @@ class AsyncEnvPool(EnvPoolBase):
         ``make_vec_env``); with a multi-agent env the pool has ``n_envs`` times its agents slots. ``n_workers`` and
         ``local_envs`` count env copies too
     :param env_kwargs: keyword arguments for ``gymnasium.make`` when ``env`` is an id
-    :param n_workers: number of worker processes. Without ``n_workers`` and ``local_envs``, one process per core, this
-        one included, each with an equal share of the envs (:func:`~sb3_async.env_pool.vec_env.synchronous_layout`:
-        on 2 cores 1 worker and ``local_envs=n_envs // 2``), the fastest layout for stepping every env together; with
+    :param n_workers: number of worker processes. Without ``n_workers`` and ``local_envs``, the pool times a few steps
+        of an extra copy of its last env here and picks :func:`~sb3_async.env_pool.layout.default_layout`: every env
+        in this process when the workers' share would step faster than a message round trip, else one process per
+        core, this one included, each with an equal share (on 2 cores 1 worker and ``local_envs=n_envs // 2``); with
         ``backend="ray"``, ``min(n_envs, os.cpu_count())``. ``n_workers=n_envs`` for envs that wait rather than
         compute; ``0`` steps every env in this process, the fastest for envs cheaper than a message, as
         ``DummyVecEnv``, though ``send`` then blocks; ``send``/``recv`` pipelines whose main process has work of its

@@ -16,8 +16,9 @@ from gymnasium import spaces
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
 from sb3_async.env_pool.buffers import ARRAY_SPACES
-from sb3_async.env_pool.core import EnvError, EnvPoolBase, synchronous_layout
+from sb3_async.env_pool.core import EnvError, EnvPoolBase
 from sb3_async.env_pool.groups import SpacesDifferError
+from sb3_async.env_pool.layout import synchronous_layout
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
 
 __all__ = ["PoolVecEnv", "synchronous_layout"]
