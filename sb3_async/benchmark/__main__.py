@@ -6,6 +6,7 @@ Examples::
     python -m sb3_async.benchmark --suite smoke --out /tmp/smoke
     python -m sb3_async.benchmark --suite cartpole --out benchmarks/results/cartpole --seeds 5 --algos a3c,a2c
     python -m sb3_async.benchmark --report benchmarks/results/cartpole     # results.md and plots from results.json
+    python -m sb3_async.benchmark --suite learners --out benchmarks/results/learners  # updates against the limit
     python -m sb3_async.benchmark --tensorboard benchmarks/results/monitoring --out docs/img  # async/ keys figures
     python -m sb3_async.benchmark --merge runs/s0 runs/s12 --out runs/cartpole  # seeds run apart, one table
     python -m sb3_async.benchmark --report benchmarks/results/env_pool_race --markdown --table script  # a script's table
@@ -28,9 +29,15 @@ from pathlib import Path
 from sb3_async.benchmark.registry import get_algorithm, load_peers
 from sb3_async.benchmark.suites import get_suite, list_suites, plan_runs, select_algorithms
 
+#: The suite that times the learners' updates (:mod:`sb3_async.benchmark.learners`) rather than training runs.
+LEARNERS_SUITE = "learners"
+
 
 def _list() -> str:
-    lines = []
+    lines = [
+        f"{LEARNERS_SUITE:<12} each learner's update timed against the same arithmetic alone (--budget-seconds: per "
+        "timed part, default 2; --algos: learners whose name contains one of these words)"
+    ]
     for suite in list_suites():
         try:
             runs = len(plan_runs(suite))
@@ -184,6 +191,37 @@ def sigterm_as_exit() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _learners(args: argparse.Namespace) -> int:
+    """``--suite learners``: time each learner's update against its arithmetic alone; with ``--out``, write
+    ``DIR/results.json`` (``--report DIR --markdown --table script`` prints its table)."""
+    import json
+    import os
+    import platform
+    from datetime import datetime, timezone
+
+    import torch
+
+    from sb3_async.benchmark.learners import measure_learners, table_of
+    from sb3_async.benchmark.tables import render_script
+
+    seconds = args.budget_seconds or 2.0
+    only = [name.strip() for name in args.algos.split(",")] if args.algos else None
+    record: dict = dict(
+        command="python -m sb3_async.benchmark " + " ".join(sys.argv[1:]),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        machine=dict(cpus=os.cpu_count(), python=platform.python_version(), torch=torch.__version__),
+        args=dict(seconds=seconds),
+        load_average_at_start=os.getloadavg()[0],
+        **measure_learners(seconds, only),
+    )
+    record["table"] = table_of(record)
+    print("\n".join(render_script(record)))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(record, indent=1))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -203,6 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print("\n".join(str(path) for path in sync_docs(Path.cwd())))
         return 0
+    if args.suite == LEARNERS_SUITE:
+        return _learners(args)
     if args.tensorboard is not None:
         from sb3_async.benchmark.tensorboard_plots import plot_tensorboard
 
