@@ -13,7 +13,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from gymnasium.wrappers import TimeLimit
 from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
 from sb3_contrib.common.maskable.evaluation import evaluate_policy
 from sb3_contrib.common.wrappers import ActionMasker
@@ -35,14 +34,15 @@ DISCRETE = ("A3C", "AsyncOneStepQ", "AsyncSarsa", "AsyncNStepQ", "ApeXDQN")
 class LegalSubsetEnv(gym.Env):
     """Each step a new random subset of the 6 actions is legal (each with probability 0.4, at least one); an illegal
     action raises ``ValueError``. The observation is the legal set; action 0 pays 1 and the others 0, so a learner
-    unaware of the masks keeps wanting action 0, which is often illegal. Episodes end with probability 0.05 (a time
-    limit wraps it: both kinds of ends). ``empty_at``: the mask after that many steps has no legal action."""
+    unaware of the masks keeps wanting action 0, which is often illegal. Episodes end with probability 0.05, or are
+    truncated after 30 steps (both kinds of ends; the env's own limit, not gymnasium's ``TimeLimit``, which the RL Zoo
+    replaces in a process that imported it). ``empty_at``: the mask after that many steps has no legal action."""
 
     observation_space = gym.spaces.Box(0.0, 1.0, (N_ACTIONS,), np.float32)
     action_space = gym.spaces.Discrete(N_ACTIONS)
 
-    def __init__(self, empty_at: int | None = None):
-        self.empty_at, self.steps = empty_at, 0
+    def __init__(self, empty_at: int | None = None, max_episode_steps: int = 30):
+        self.empty_at, self.steps, self.max_episode_steps, self.episode_steps = empty_at, 0, max_episode_steps, 0
         self.legal = np.ones(N_ACTIONS, dtype=bool)
 
     def _draw(self) -> np.ndarray:
@@ -55,14 +55,17 @@ class LegalSubsetEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
+        self.episode_steps = 0
         return self._draw(), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         if not self.legal[int(action)]:
             raise ValueError(f"illegal action {int(action)}: legal are {np.flatnonzero(self.legal).tolist()}")
         self.steps += 1
+        self.episode_steps += 1
         reward = 1.0 if int(action) == 0 else 0.0
-        return self._draw(), reward, bool(self.np_random.random() < 0.05), False, {}
+        terminated = bool(self.np_random.random() < 0.05)
+        return self._draw(), reward, terminated, not terminated and self.episode_steps >= self.max_episode_steps, {}
 
 
 def legal_actions(env: gym.Env) -> np.ndarray:
@@ -71,7 +74,7 @@ def legal_actions(env: gym.Env) -> np.ndarray:
 
 def masked_env(empty_at: int | None = None) -> gym.Env:
     """The test env with ``action_masks()`` (sb3-contrib's ``ActionMasker``) and a 30-step time limit."""
-    return ActionMasker(TimeLimit(LegalSubsetEnv(empty_at), 30), legal_actions)
+    return ActionMasker(LegalSubsetEnv(empty_at), legal_actions)
 
 
 def masked_pendulum() -> gym.Env:
