@@ -90,6 +90,13 @@ class Received:
                 self.by_rank[rank].append(i)
         return None
 
+    def poll_until(self, done, timeout: float = 30.0) -> None:
+        """Poll until ``done()`` (a machine under load may take seconds to restart a worker)."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, "the condition was not met in time"
+            self.poll(0.05)
+
     def until_finished(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while self.runtime.running():
@@ -133,6 +140,8 @@ def numbered_run(backend: str, **start_kwargs):
     try:
         sent = _start(runtime, **start_kwargs)
         received = Received(runtime)
+        if start_kwargs.get("kill_at") is None:  # both workers started (a loaded machine starts them in seconds)
+            received.poll_until(lambda: all(received.by_rank[rank] for rank in range(N_WORKERS)))
         yield runtime, received
         runtime.request_stop()
         received.until_finished()
@@ -172,7 +181,7 @@ def test_killed_and_restarted_worker_loses_nothing_it_sent(backend):
         assert isinstance(error, WorkerError) and error.rank == 0 and "SIGKILL" in str(error)
         received.poll(0.2, allow_error=True)  # on Ray the same error may be reported by the next exchange
         runtime.restart(0)
-        received.poll(1.0)
+        received.poll_until(lambda: len(received.by_rank[0]) > 301 + 5)  # the restarted worker's first messages
 
 
 def _dies_at_once(ctx, payload):
