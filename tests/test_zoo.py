@@ -506,3 +506,54 @@ def test_pettingzoo_env_through_the_cli(tmp_path: Path) -> None:
     )
     model = A3C.load(tmp_path / "logs" / "a3c" / "mpe2-simple_spread_v3_2" / "mpe2-simple_spread_v3.zip")
     assert model.num_timesteps >= 2500 and (model.n_workers, model.n_envs_per_worker) == (2, 3)
+
+
+MASKED_GAME = '''
+import gymnasium as gym
+import numpy as np
+
+
+class LegalSubset(gym.Env):
+    """Each step a random subset of 4 actions is legal; an illegal action raises (as a board game's rules would)."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(4)
+
+    def _draw(self):
+        self.legal = self.np_random.random(4) < 0.5
+        self.legal[self.np_random.integers(4)] = True
+        return self.legal.astype(np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._draw(), {}
+
+    def step(self, action):
+        if not self.legal[int(action)]:
+            raise ValueError(f"illegal action {int(action)}")
+        self.t += 1
+        return self._draw(), float(action == 0), False, self.t >= 20, {}
+
+    def action_masks(self):
+        return self.legal.copy()
+
+
+gym.register("LegalSubset-v0", entry_point=LegalSubset)
+'''
+
+
+def test_a_masked_env_trains_and_evaluates_with_its_masks_through_the_cli(tmp_path: Path) -> None:
+    """The zoo's evaluations of an env with ``action_masks()`` use the masks (sb3-contrib's MaskableEvalCallback):
+    the env raises on an illegal action, in training and evaluation alike."""
+    (tmp_path / "masked_game.py").write_text(MASKED_GAME)
+    (tmp_path / "masked.yml").write_text(
+        "LegalSubset-v0:\n  policy: 'MlpPolicy'\n  n_envs: 2\n  n_workers: 2\n  n_envs_per_worker: 1\n  n_timesteps: 2000\n"
+    )
+    out = run_cli(
+        "sb3_async.train",
+        *("--algo", "async_n_step_q", "--env", "LegalSubset-v0", "--gym-packages", "masked_game"),
+        *("-conf", "masked.yml", "--eval-freq", "1000", "--eval-episodes", "3", "--seed", "0"),
+        cwd=tmp_path,
+    )
+    assert out.count("Eval num_timesteps=") == 2

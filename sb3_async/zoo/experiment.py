@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any, cast
 
 from rl_zoo3.exp_manager import ExperimentManager
+from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
 from stable_baselines3.common.vec_env import VecEnv
 
+from sb3_async.common.masks import masking_supported
 from sb3_async.zoo.algorithms import zoo_algorithm
 from sb3_async.zoo.multi_agent import env_agents, make_pettingzoo_vec_env, registered_pettingzoo_id
 
@@ -105,6 +107,10 @@ class ZooExperimentManager(ExperimentManager):
                     callback.save_vecnormalize = bool(self.normalize)
             elif isinstance(callback, EvalCallback):
                 callback.eval_freq = max(callback.eval_freq // agents, 1)
+                if ours and masking_supported(callback.eval_env) and not isinstance(callback, MaskableEvalCallback):
+                    # an env with action masks is evaluated with them (sb3-contrib's callback, the same arguments)
+                    callback.__class__ = MaskableEvalCallback
+                    cast(MaskableEvalCallback, callback).use_masking = True
 
     def learn(self, model: BaseAlgorithm) -> None:
         """The zoo's ``learn``; continued training of our algorithms goes on from the saved step count."""
