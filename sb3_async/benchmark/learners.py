@@ -2,9 +2,11 @@
 
 For each learner (the networks and batch of its zoo entry), in this process, torch on one thread:
 
-- **update**: one update as the algorithm runs it (AE-DDPG's ``train(1)``; Ape-X's learner batch: prioritized
-  sample, update, priorities, target refresh; A3C's loss on a segment, backward, clipping and the shared
-  optimizer's step), replay filled with random transitions; the median of repeated calls;
+- **update**: one update (AE-DDPG's ``train(1)`` and Ape-X's learner batch as the algorithms run them: prioritized
+  sample, update, priorities, target refresh, on a replay filled with random transitions; for A3C, the worker's loss
+  recomputed on a segment of random observations with ``evaluate_actions``, backward, clipping and the shared
+  optimizer's step: the worker itself reuses its acting pass where it can, so its update costs less); the median of
+  repeated calls;
 - **FLOPs** of that update (``torch.utils.flop_counter``: matrix products and convolutions, forward and backward);
 - **the same arithmetic alone**: every matrix product and convolution the update ran (their shapes recorded during
   one update), replayed back to back on random tensors: the update without Python, autograd, sampling or optimizer,
