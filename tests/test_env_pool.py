@@ -688,3 +688,15 @@ def test_ae_ddpg_keeps_every_env_in_workers_by_default():
         assert (model.env.pool.n_workers, model.env.pool.local_envs) == (min(4, os.cpu_count() or 1), 0)
     finally:
         model.env.close()
+
+
+def test_workers_wait_awake_only_when_this_process_steps_envs_too():
+    from sb3_async.env_pool.worker import SPIN_SECONDS
+
+    with AsyncEnvPool("CartPole-v1", n_envs=4, n_workers=1, local_envs=2) as pool:  # the split layout
+        assert pool._workers.spin_seconds == SPIN_SECONDS
+        pool.reset(seed=0)
+        for _ in range(20):  # steps as usual
+            pool.step({i: 0 for i in range(4)})
+    with AsyncEnvPool("CartPole-v1", n_envs=4, n_workers=2) as pool:  # workers only: they block at once
+        assert pool._workers.spin_seconds == 0.0

@@ -36,7 +36,7 @@ from sb3_async.env_pool.layout import default_layout, probe_step_seconds, synchr
 from sb3_async.env_pool.multi_agent import DEAD_AGENTS, agent_slots_factory
 from sb3_async.env_pool.processes import ProcessWorkers
 from sb3_async.env_pool.remote import RemoteCalls
-from sb3_async.env_pool.worker import EnvFactory, EnvWorker
+from sb3_async.env_pool.worker import SPIN_SECONDS, EnvFactory, EnvWorker
 from sb3_async.runtime.processes import START_METHODS
 from sb3_async.validation import check_backend, check_int
 
@@ -60,14 +60,21 @@ ENGINES = ("gymnasium", "envpool")
 
 
 def make_workers(
-    backend: str, n_workers: int, start_method: str, autoreset: bool, on_error: str, backend_kwargs: dict | None
+    backend: str,
+    n_workers: int,
+    start_method: str,
+    autoreset: bool,
+    on_error: str,
+    backend_kwargs: dict | None,
+    spin_seconds: float = 0.0,
 ) -> Workers:
-    """The workers of a backend: processes on this machine (``"mp"``) or Ray actors (``"ray"``)."""
+    """The workers of a backend: processes on this machine (``"mp"``, polling ``spin_seconds`` for each command before
+    they block) or Ray actors (``"ray"``)."""
     if backend == "ray":  # connects to Ray (or starts a local one) now; ImportError with the hint without Ray
         from sb3_async.env_pool.ray_hosts import RayEnvHosts
 
         return RayEnvHosts(n_workers, autoreset, on_error, **(backend_kwargs or {}))
-    return ProcessWorkers(n_workers, start_method, autoreset, on_error)
+    return ProcessWorkers(n_workers, start_method, autoreset, on_error, spin_seconds)
 
 
 def load_pickled_env(blob: bytes) -> gym.Env:
@@ -269,8 +276,9 @@ class EnvPoolBase(RemoteCalls):
         """Start the workers, build this process's envs while they start, then read each group's spaces (env 0's
         become the pool's) and share the buffers; on any failure, close what started."""
         if self.n_workers:
+            spin = SPIN_SECONDS if self.local_envs else 0.0  # this process steps envs too: the next step follows at once
             self._workers = make_workers(
-                self.backend, self.n_workers, self.start_method, self.autoreset, self.on_error, backend_kwargs
+                self.backend, self.n_workers, self.start_method, self.autoreset, self.on_error, backend_kwargs, spin
             )
         # Runs at close(), at garbage collection or at exit, whichever comes first; holds no reference to the pool.
         closer = None if self._workers is None else self._workers.closer()

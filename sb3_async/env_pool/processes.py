@@ -4,8 +4,10 @@
 A step is one byte to the worker (:data:`~sb3_async.env_pool.worker.STEP`, with the ids when not every env of the
 group steps) and an empty reply unless an info is not empty (infos of numbers packed:
 :mod:`~sb3_async.env_pool.info_codec`); observations, actions, rewards and flags stay in the shared buffers. Waiting
-blocks on the pipes (no spinning): an idle pool costs no CPU, and a busy machine does not starve it (a spinning worker
-would take the learner's core).
+blocks on the pipes: an idle pool costs no CPU, and a busy machine does not starve it (a spinning worker would take the
+learner's core). Only when the main process steps envs too (``local_envs``, the split layout of synchronous stepping,
+where each step follows the last at once) does a worker poll for its next command for
+:data:`~sb3_async.env_pool.worker.SPIN_SECONDS` before it blocks, saving the tens of microseconds a wake-up costs.
 """
 
 from __future__ import annotations
@@ -63,11 +65,12 @@ class ProcessWorkers:
     :param start_method: ``"forkserver"``, ``"spawn"`` or ``"fork"``
     :param autoreset: the pool's ``autoreset``
     :param on_error: the pool's ``on_error``
+    :param spin_seconds: how long each worker polls for its next command before it blocks
     """
 
-    def __init__(self, n_workers: int, start_method: str, autoreset: bool, on_error: str):
+    def __init__(self, n_workers: int, start_method: str, autoreset: bool, on_error: str, spin_seconds: float = 0.0):
         self._ctx: Any = process_context(start_method)
-        self.autoreset, self.on_error = autoreset, on_error
+        self.autoreset, self.on_error, self.spin_seconds = autoreset, on_error, spin_seconds
         self._procs: list[Any] = [None] * n_workers
         self._conns: list[Any] = [None] * n_workers
         self._busy = [0] * n_workers  # commands sent and not answered yet, per worker
@@ -83,7 +86,7 @@ class ProcessWorkers:
             self._ctx,
             env_worker_main,
             f"sb3_async-env-pool-{w}",
-            (w, ids, factories_blob, child_conn, os.getpid(), self.autoreset, self.on_error),
+            (w, ids, factories_blob, child_conn, os.getpid(), self.autoreset, self.on_error, self.spin_seconds),
         )
         child_conn.close()
         self._procs[w], self._conns[w] = proc, parent_conn

@@ -18,6 +18,7 @@ import copy
 import pickle
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -326,8 +327,15 @@ def dumps(reply: Any) -> bytes:
         return cloudpickle.dumps(reply)
 
 
-def _serve(worker: EnvWorker, conn: Connection) -> None:
-    """Answer the pool's commands until it says ``close``."""
+#: How long a worker of a pool whose main process steps envs too waits for its next command awake (polling) before it
+#: blocks: a blocked process takes tens of microseconds to wake, as long as a cheap env's step, and there the next
+#: step follows at once. 100 µs: 8 HalfCheetah-v5 in 1 worker + the main process stepped 1.36-1.44x ``DummyVecEnv``,
+#: against 1.17-1.19x blocking at once (3 interleaved runs on 2 cores).
+SPIN_SECONDS = 100e-6
+
+
+def _serve(worker: EnvWorker, conn: Connection, spin_seconds: float = 0.0) -> None:
+    """Answer the pool's commands until it says ``close``; wait ``spin_seconds`` awake for each before blocking."""
     receive, reply = conn.recv_bytes, conn.send_bytes
     every_id = worker.ids
     packer = InfoPacker()
@@ -340,7 +348,12 @@ def _serve(worker: EnvWorker, conn: Connection) -> None:
             infos[i] = {**infos.get(i, {}), OBJECTS: values}
         return infos, errors
 
+    poll, clock = conn.poll, time.perf_counter
     while True:
+        if spin_seconds:
+            deadline = clock() + spin_seconds
+            while not poll(0) and clock() < deadline:
+                pass
         message = receive()
         if message[:1] == STEP:
             ids = every_id if len(message) == 1 else np.frombuffer(message, dtype=np.int32, offset=1).tolist()
@@ -380,8 +393,10 @@ def env_worker_main(
     parent_pid: int,
     autoreset: bool,
     on_error: str,
+    spin_seconds: float = 0.0,
 ) -> None:
-    """Entry point of an env worker process: build the envs, report their spaces, map the shared buffers, serve."""
+    """Entry point of an env worker process: build the envs, report their spaces, map the shared buffers, serve
+    (waiting ``spin_seconds`` awake for each command: :data:`SPIN_SECONDS` when the main process steps envs too)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle; it closes the pool
     watch_parent(parent_pid)
     try:
@@ -390,7 +405,7 @@ def env_worker_main(
         fd = reduction.recv_handle(conn)
         env = worker.envs[worker.ids[0]]
         worker.buffers = SharedBuffers(env.observation_space, env.action_space, conn.recv(), fd, track_objects=True)
-        _serve(worker, conn)
+        _serve(worker, conn, spin_seconds)
     except (EOFError, OSError, KeyboardInterrupt):
         pass  # the main process is gone or closed the pipe: nothing to report to
     except BaseException:
