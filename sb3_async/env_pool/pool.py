@@ -68,7 +68,7 @@ class AsyncEnvPool(EnvPoolBase):
         here, after the workers were sent theirs, so both run at once and this process works where it would wait;
         ``send`` then blocks while the local envs step. For synchronous stepping (a VecEnv) one process per core, this
         one included, is the fastest layout measured on 2 cores: ``n_workers=1, local_envs=n_envs // 2`` stepped
-        1.33-1.37x ``DummyVecEnv`` on HalfCheetah and 1.43-1.49x on Pong, 0.92-1.12x on CartPole (docs/benchmarks.md,
+        1.32-1.86x ``DummyVecEnv`` on HalfCheetah and 1.52-1.68x on Pong, 0.84-1.59x on CartPole (docs/benchmarks.md,
         "AsyncEnvPool speed")
     :param autoreset: ``True`` (default): same-step autoreset, an env that ends is reset in its worker and the step
         returns the new episode's first observation, the last observation and info in ``infos[id]["final_obs"]`` and
