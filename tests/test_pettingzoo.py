@@ -284,14 +284,18 @@ def test_invalid_options_are_refused():
         AsyncEnvPool("CartPole-v1", n_workers=0, agent_id=True)
 
 
-def test_aec_envs_are_converted_and_turn_based_ones_refused():
+def test_aec_envs_are_converted_and_turn_based_ones_are_one_slot_per_copy():
     with AsyncEnvPool(lambda: parallel_to_aec(RaceEnv()), n_envs=2, n_workers=1) as pool:
         assert pool.n_envs == 6
         pool.reset()
         _, rewards, *_ = pool.step({i: i for i in range(6)})
         assert rewards == {i: float(i) for i in range(6)}
-    with pytest.raises(ValueError, match="turn-based games"):
-        AsyncEnvPool(TurnBasedEnv, n_workers=0)
+    from pettingzoo.classic import tictactoe_v3
+
+    with AsyncEnvPool(tictactoe_v3.env, n_envs=2, n_workers=0) as pool:  # the learner's seat of each copy
+        assert (pool.n_envs, pool.agents_per_env) == (2, 1)
+    with pytest.raises(ValueError, match="turn-based game"):  # agent slots step every agent at once: not a game's
+        AsyncEnvPool(TurnBasedEnv, n_workers=0, agent_id=True)
 
 
 def test_mpe_aec_env_is_converted():

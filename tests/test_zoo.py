@@ -557,3 +557,35 @@ def test_a_masked_env_trains_and_evaluates_with_its_masks_through_the_cli(tmp_pa
         cwd=tmp_path,
     )
     assert out.count("Eval num_timesteps=") == 2
+    # enjoy passes the env's masks to predict (the zoo's loop passes none): an illegal action would raise
+    out = run_cli(
+        "sb3_async.enjoy",
+        *("--algo", "async_n_step_q", "--env", "LegalSubset-v0", "--gym-packages", "masked_game"),
+        *("-n", "100", "--no-render", "--deterministic"),
+        cwd=tmp_path,
+    )
+    assert "Episode Reward" in out
+
+
+def test_a_game_trains_from_the_cli_and_enjoy_plays_it(tmp_path: Path) -> None:
+    """A turn-based PettingZoo game named by PettingZoo's registry: self-play training from a YAML entry, evaluated
+    against a random legal player with its masks, then played by enjoy."""
+    (tmp_path / "games.yml").write_text(
+        "classic/tictactoe-v3:\n  policy: 'MlpPolicy'\n  n_envs: 4\n  n_workers: 2\n  n_envs_per_worker: 2\n"
+        "  n_timesteps: 2000\n"
+    )
+    out = run_cli(
+        "sb3_async.train",
+        *("--algo", "async_n_step_q", "--env", "classic/tictactoe-v3", "-conf", "games.yml"),
+        *("--eval-freq", "1000", "--eval-episodes", "4", "--seed", "0"),
+        cwd=tmp_path,
+    )
+    assert out.count("Eval num_timesteps=") == 2
+    model = AsyncNStepQ.load(tmp_path / "logs" / "async_n_step_q" / "classic-tictactoe-v3_1" / "classic-tictactoe-v3.zip")
+    assert model.num_timesteps >= 2000 and model.observation_space.shape == (3, 3, 2)
+    out = run_cli(
+        "sb3_async.enjoy",
+        *("--algo", "async_n_step_q", "--env", "classic/tictactoe-v3", "-n", "60", "--no-render"),
+        cwd=tmp_path,
+    )
+    assert "Episode Reward" in out and "Mean reward:" in out

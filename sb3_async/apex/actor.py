@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transitions
+from sb3_async.common.games import attach_self_play
 from sb3_async.common.masks import mask_reader
 from sb3_async.common.observations import check_finite_observations, check_finite_rewards
 from sb3_async.common.returns import bootstrap_truncated_rewards
@@ -78,6 +79,7 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
     env = make_worker_envs(ctx, cfg)
     policy = build_worker_policy(cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule, cfg.policy_kwargs)
     policy.set_training_mode(False)
+    attach_self_play(env, policy, ctx.seed)  # turn-based games: the actor's policy plays the other seats too
     local = published_parameters(policy, cfg.published)
     shared: list[torch.Tensor] = ctx.shared["params"][:-1]
     version: torch.Tensor = ctx.shared["params"][-1]  # the learner's update count when it published them

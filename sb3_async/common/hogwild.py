@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from sb3_async.common.async_algorithm import AsyncAlgorithm
+from sb3_async.common.games import attach_self_play
 from sb3_async.common.masks import mask_reader
 from sb3_async.common.observations import check_finite_observations, check_finite_rewards
 from sb3_async.common.optimizers import OPTIMIZER_NAMES, AsyncOptimizer, WorkerOptimizer, as_async_optimizer, make_optimizer
@@ -101,6 +102,7 @@ class HogwildWorker:
             cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule, cfg.policy_kwargs
         )
         self.policy.set_training_mode(True)
+        attach_self_play(self.env, self.policy, ctx.seed)  # turn-based games: θ' plays the other seats too
         self.shared_params: list[torch.Tensor] = ctx.shared["params"]
         self.local_params: list[torch.Tensor] = list(local_module(self.policy).parameters())  # θ'
         self.optimizer = WorkerOptimizer(

@@ -9,7 +9,10 @@ error that says what to pass instead.
 
 A multi-agent PettingZoo env (a factory returning one, or an ``AsyncEnvPool`` of one, or its ``as_vec_env()``) is
 stepped in each worker as a :class:`~sb3_async.env_pool.vec_env.PoolVecEnv` over env copies in the worker's own
-process, one env slot per agent (:mod:`sb3_async.env_pool.multi_agent`): the worker's ``n_envs`` is its slots.
+process, one env slot per agent (:mod:`sb3_async.env_pool.multi_agent`): the worker's ``n_envs`` is its slots. A
+turn-based PettingZoo game (the AEC envs of ``pettingzoo.classic``) is one env, a
+:class:`~sb3_async.env_pool.turns.TurnBasedGame` whose other seats the worker's policy plays (self-play). An
+``AsyncEnvPool`` of gymnasium envs gives its factory.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from stable_baselines3.common.vec_env.util import dict_to_obs
 from sb3_async.common.normalization import attach_statistics, vec_normalize_options, vec_normalizes
 from sb3_async.env_pool.core import EnvPoolBase
 from sb3_async.env_pool.multi_agent import is_multi_agent
+from sb3_async.env_pool.turns import TurnBasedGame, is_turn_based
 from sb3_async.env_pool.vec_env import PoolVecEnv
 from sb3_async.runtime.processes import StepWatchdog
 
@@ -256,9 +260,10 @@ class EnvRecipe:
             elif not isinstance(venv, VecTransposeImage):  # re-added by SB3's _wrap_env when needed
                 raise TypeError(f"The VecEnv wrapper {type(venv).__name__} cannot be rebuilt in the workers. {_WHAT_TO_PASS}")
             venv = venv.venv
-        if isinstance(venv, PoolVecEnv) and venv.pool.env_agents:  # a multi-agent pool: its env copies' factory
+        if isinstance(venv, PoolVecEnv) and venv.pool._factories[0] is not None:  # a pool: its env copies' factory
             self.factory = venv.pool._factories[0]
-            self.multi_agent, self.agents_per_env = True, venv.pool.agents_per_env
+            if venv.pool.env_agents:  # a multi-agent pool
+                self.multi_agent, self.agents_per_env = True, venv.pool.agents_per_env
             self.vec_wrappers = list(reversed(wrappers))
             return
         if not isinstance(venv, DummyVecEnv):
@@ -280,7 +285,9 @@ class EnvRecipe:
             env = gym.make(self.env_spec, **self.env_kwargs)
         elif self.factory is not None:
             env = self.factory()
-            if self.multi_agent or is_multi_agent(env):
+            if is_turn_based(env):  # one seat learns, the policy plays the others (self-play)
+                env = TurnBasedGame(env)
+            elif self.multi_agent or is_multi_agent(env):
                 copy = env
                 venv = PoolVecEnv(EnvPoolBase([lambda: copy], n_workers=0))
                 self.multi_agent, self.agents_per_env = True, venv.num_envs

@@ -6,7 +6,8 @@ every agent (parameter sharing).
 ``c * n .. c * n + n - 1``, in ``possible_agents`` order), stepped once with the actions of all its slots.
 
 - An AEC env is converted with PettingZoo's own ``aec_to_parallel`` when its ``metadata["is_parallelizable"]`` says it
-  may be; a turn-based one (the classic board games) is refused with a ``ValueError``.
+  may be; a turn-based one (the classic board games) becomes one slot, the learner's seat, its other seats played by
+  an opponent (:class:`~sb3_async.env_pool.turns.TurnBasedGame`).
 - Agents with different spaces are padded as SuperSuit's ``pad_observations_v0`` / ``pad_action_space_v0`` pad them:
   Box spaces of one dtype and rank to the largest shape (observations zero-padded, actions cut back to the agent's
   shape and clipped to its bounds), Discrete spaces to the largest ``n`` (an action an agent lacks becomes its action
@@ -47,6 +48,7 @@ import numpy as np
 from gymnasium import spaces
 
 from sb3_async.env_pool.buffers import FINAL_INFO, FINAL_OBS, SharedBuffers
+from sb3_async.env_pool.turns import TurnBasedGame, is_turn_based
 
 __all__ = [
     "DEAD_AGENTS",
@@ -82,8 +84,9 @@ def as_parallel(env: Any) -> Any:
     if not (getattr(env, "metadata", None) or {}).get("is_parallelizable", False):
         raise ValueError(
             f"Invalid env {env}: an AEC env whose agents act in turns (metadata['is_parallelizable'] is not True) cannot"
-            " be converted to a ParallelEnv by PettingZoo's aec_to_parallel, and the pool steps every agent of a copy at"
-            " once; turn-based games (pettingzoo.classic) are not supported"
+            " be converted to a ParallelEnv by PettingZoo's aec_to_parallel, and agent slots step every agent of a copy at"
+            " once; give the pool the env itself (it steps a turn-based game as a TurnBasedGame: one slot, the learner's"
+            " seat)"
         )
     return aec_to_parallel(env)
 
@@ -374,9 +377,12 @@ def agent_slots_factory(factory: Callable[[], Any]) -> AgentSlots:
 
 
 def as_agent_slots(env: Any) -> Any:
-    """``env`` as :class:`AgentSlots` if it is a PettingZoo env, else ``env`` itself (a gymnasium env)."""
+    """``env`` as :class:`AgentSlots` if it is a PettingZoo env, as a :class:`~sb3_async.env_pool.turns.TurnBasedGame`
+    (one slot, the learner's seat) if it is a turn-based AEC game, else ``env`` itself (a gymnasium env)."""
     if isinstance(env, AgentSlots) or not is_multi_agent(env):
         return env
+    if is_turn_based(env):
+        return TurnBasedGame(env)
     return AgentSlots(env)
 
 

@@ -46,7 +46,9 @@ class AsyncEnvPool(EnvPoolBase):
     (:attr:`env_agents` names them); :attr:`n_envs` is then the number of slots, :attr:`n_env_copies` that of copies. A
     copy steps when all its slots have actions (``send`` of part of a copy is an error). Agents that leave before the
     others are padded (zero observations, reward 0, ``info["dead"]``), agents with different spaces too
-    (:mod:`sb3_async.env_pool.multi_agent` has the details).
+    (:mod:`sb3_async.env_pool.multi_agent` has the details). A turn-based game (an AEC env of ``pettingzoo.classic``)
+    is one slot per copy, the learner's seat, its other seats played at random when the pool is used alone, by the
+    policy when an algorithm trains on it (:class:`~sb3_async.env_pool.turns.TurnBasedGame`).
 
     :param env: an env id (built with ``gymnasium.make(env, **env_kwargs)``; ids registered in this process only, in
         a ``__main__`` module say, work too), an env (each env of the pool is a copy of it, made by pickling), a callable

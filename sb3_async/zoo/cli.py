@@ -7,11 +7,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import inspect
 import sys
 from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
+from sb3_contrib.common.maskable.utils import get_action_masks
+
+from sb3_async.common.masks import masking_supported
 from sb3_async.zoo.algorithms import CONFIG_DIR, ZOO_ALGORITHMS, register, zoo_algorithm
 from sb3_async.zoo.experiment import ZooExperimentManager
 from sb3_async.zoo.multi_agent import make_pettingzoo_vec_env, pettingzoo_envs
@@ -140,11 +144,55 @@ def run_zoo(script: str, argv: Sequence[str] | None = None) -> None:
             _enjoy_or_record(script)
 
 
+class _MaskedLoads:
+    """``rl_zoo3.enjoy``'s ``ALGOS`` while ``enjoy`` runs: each algorithm's ``load`` gives a model whose ``predict``
+    reads the action masks of the env ``enjoy`` built (``create_test_env``, recorded in ``envs``) when that env has
+    masks and the model's ``predict`` takes them (our discrete algorithms, ``MaskablePPO``): the zoo's loop passes
+    none."""
+
+    def __init__(self, algos: dict[str, Any], envs: list[Any]):
+        self.algos, self.envs = algos, envs
+
+    def __getitem__(self, algo: str) -> Any:
+        cls, envs = self.algos[algo], self.envs
+
+        class Loader:
+            @staticmethod
+            def load(*args: Any, **kwargs: Any) -> Any:
+                model = cls.load(*args, **kwargs)
+                if envs and masking_supported(envs[-1]) and "action_masks" in inspect.signature(model.predict).parameters:
+                    model.predict = functools.partial(_predict_with_masks, model.predict, envs[-1])
+                return model
+
+        return Loader
+
+    def __contains__(self, algo: object) -> bool:
+        return algo in self.algos
+
+    def keys(self) -> Any:
+        return self.algos.keys()
+
+
+def _predict_with_masks(predict: Any, env: Any, *args: Any, action_masks: Any = None, **kwargs: Any) -> Any:
+    return predict(*args, action_masks=get_action_masks(env) if action_masks is None else action_masks, **kwargs)
+
+
 def _enjoy_or_record(script: str) -> None:
     if script == "enjoy":
-        from rl_zoo3.enjoy import enjoy
+        import rl_zoo3.enjoy
 
-        enjoy()
+        envs: list[Any] = []
+        create = rl_zoo3.enjoy.create_test_env
+
+        def create_test_env(*args: Any, **kwargs: Any) -> Any:
+            envs.append(create(*args, **kwargs))
+            return envs[-1]
+
+        with (
+            _rebound(rl_zoo3.enjoy, "create_test_env", create_test_env),
+            _rebound(rl_zoo3.enjoy, "ALGOS", _MaskedLoads(rl_zoo3.enjoy.ALGOS, envs)),
+        ):
+            rl_zoo3.enjoy.enjoy()
     else:  # the zoo's record_video is a script (its code under `if __name__ == "__main__"`): run it as one
         import runpy
 

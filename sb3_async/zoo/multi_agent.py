@@ -23,6 +23,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 
 from sb3_async.env_pool import AsyncEnvPool
 from sb3_async.env_pool.multi_agent import PettingZooEnv, pettingzoo_env_id
+from sb3_async.env_pool.turns import is_turn_based
 
 
 class _CopyDones(np.ndarray):
@@ -99,8 +100,10 @@ def registered_pettingzoo_id(env_id: str | None) -> str | None:
 
 
 def env_agents(pettingzoo_id: str, env_kwargs: dict[str, Any] | None) -> int:
-    """The number of agents of one copy of the PettingZoo env (the slots each env copy adds)."""
-    return len(PettingZooEnv(pettingzoo_id, env_kwargs)().possible_agents)
+    """The slots each env copy adds: the number of agents of one copy of the PettingZoo env, 1 for a turn-based game
+    (one seat learns, see :class:`~sb3_async.env_pool.turns.TurnBasedGame`)."""
+    env = PettingZooEnv(pettingzoo_id, env_kwargs)()
+    return 1 if is_turn_based(env) else len(env.possible_agents)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,217 @@
+"""Turn-based PettingZoo games: each seat's reward on its own last move (scripted games against hand-worked outcomes),
+only the seat to move acts, seats that alternate, the pool and every discrete algorithm on a game that raises on an
+illegal move (self-play: the workers' policies play the other seats), the evaluation helper and its callback, and the
+errors for bad input."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import pytest
+from pettingzoo.classic import connect_four_v3, tictactoe_v3
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+import sb3_async
+from sb3_async.common.games import (
+    GameEvalCallback,
+    GameResults,
+    ModelPlayer,
+    PolicyPlayer,
+    attach_self_play,
+    play_games,
+)
+from sb3_async.env_pool import AsyncEnvPool
+from sb3_async.env_pool.turns import TurnBasedGame, is_turn_based
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+DISCRETE = ("A3C", "AsyncOneStepQ", "AsyncSarsa", "AsyncNStepQ", "ApeXDQN")
+
+
+def strict_tictactoe() -> Any:
+    """tic-tac-toe whose illegal move raises (PettingZoo's raw env asserts) instead of ending the game with -1."""
+    return tictactoe_v3.raw_env()
+
+
+class Script:
+    """A player that plays the given moves in order."""
+
+    def __init__(self, moves: list[int]):
+        self.moves: Iterator[int] = iter(moves)
+
+    def __call__(self, observation: Any, action_mask: np.ndarray) -> int:
+        move = next(self.moves)
+        assert action_mask[move], f"scripted move {move} is illegal"
+        return move
+
+
+def play_script(game: TurnBasedGame, moves: list[int]) -> tuple[list[float], list[bool], dict[str, Any]]:
+    rewards, ends, info = [], [], {}
+    for move in moves:
+        _, reward, terminated, truncated, info = game.step(move)
+        rewards.append(reward)
+        ends.append(terminated or truncated)
+    return rewards, ends, info
+
+
+def test_a_win_pays_the_winners_last_move_and_a_loss_the_losers_last_move() -> None:
+    # Seat 0 completes the line 0-1-2 on its third move: +1 on that move, 0 before.
+    game = TurnBasedGame(strict_tictactoe(), opponent=Script([3, 4]), seat=0)
+    game.reset(seed=0)
+    rewards, ends, info = play_script(game, [0, 1, 2])
+    assert rewards == [0.0, 0.0, 1.0] and ends == [False, False, True]
+    assert info["game"] == {"seat": 0, "agent": "player_1", "result": 1}
+
+    # The opponent completes 3-4-5 right after seat 0's third move: the loss lands on that move, -1.
+    game = TurnBasedGame(strict_tictactoe(), opponent=Script([3, 4, 5]), seat=0)
+    game.reset(seed=0)
+    rewards, ends, info = play_script(game, [0, 1, 8])
+    assert rewards == [0.0, 0.0, -1.0] and ends == [False, False, True]
+    assert info["game"]["result"] == -1
+
+    # Seat 1: the opponent moves first at reset; seat 1 wins with 3-4-5 on its third move.
+    game = TurnBasedGame(strict_tictactoe(), opponent=Script([0, 1, 8]), seat=1)
+    observation, _ = game.reset(seed=0)
+    assert game.learner == "player_2"
+    assert observation.sum() == 1  # the opponent's first stone is on the board
+    rewards, ends, info = play_script(game, [3, 4, 5])
+    assert rewards == [0.0, 0.0, 1.0] and info["game"] == {"seat": 1, "agent": "player_2", "result": 1}
+
+
+def test_a_draw_pays_nothing_and_the_mask_is_the_learners() -> None:
+    # X: 0 2 3 7 8 (seat 0), O: 1 4 5 6: a full board without a line.
+    game = TurnBasedGame(strict_tictactoe(), opponent=Script([1, 4, 5, 6]), seat=0)
+    game.reset(seed=0)
+    assert game.action_masks().all()
+    _, reward, *_ = game.step(0)
+    assert reward == 0.0
+    assert not game.action_masks()[[0, 1]].any() and game.action_masks().sum() == 7  # 0 and the opponent's 1 taken
+    rewards, ends, info = play_script(game, [2, 3, 7, 8])
+    assert rewards == [0.0] * 4 and ends[-1] and info["game"]["result"] == 0
+
+
+def test_seats_alternate_and_random_games_take_only_legal_moves() -> None:
+    game = TurnBasedGame(strict_tictactoe(), opponent="random")
+    rng = np.random.default_rng(0)
+    seats, results = [], GameResults(game.seats)
+    for episode in range(300):
+        game.reset(seed=episode)
+        done, info = False, {}
+        while not done:  # the raw env raises on an illegal move, the opponent's included
+            _, _, terminated, truncated, info = game.step(int(rng.choice(np.flatnonzero(game.action_masks()))))
+            done = terminated or truncated
+        seats.append(info["game"]["seat"])
+        results.add(info["game"]["seat"], info["game"]["result"])
+    assert seats == [0, 1] * 150
+    # random against random: the first player wins more often than the second
+    assert results.rates(0)[0] > results.rates(1)[0]
+    assert results.games == 300 and sum(results.rates()) == pytest.approx(1.0)
+
+
+def test_turn_based_games_are_recognised() -> None:
+    assert is_turn_based(connect_four_v3.env()) and is_turn_based(tictactoe_v3.raw_env())
+    game = TurnBasedGame(connect_four_v3.env())
+    assert game.observation_space.shape == (6, 7, 2) and game.action_space.n == 7
+
+
+@pytest.mark.parametrize("n_workers", [0, 1])
+def test_the_pool_steps_a_game_as_one_slot_per_copy(n_workers: int) -> None:
+    with AsyncEnvPool(strict_tictactoe, n_envs=3, n_workers=n_workers) as pool:
+        venv = pool.as_vec_env()
+        venv.reset()
+        assert venv.num_envs == 3 and venv.observation_space.shape == (3, 3, 2)
+        rng = np.random.default_rng(0)
+        ends = 0
+        for _ in range(60):
+            masks = np.stack(venv.env_method("action_masks"))
+            actions = np.array([rng.choice(np.flatnonzero(mask)) for mask in masks])
+            _, _, dones, infos = venv.step(actions)
+            ends += int(dones.sum())
+            assert all("game" in info for info, done in zip(infos, dones, strict=True) if done)
+        assert ends > 0
+
+
+def test_bad_input_gets_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="opponent="):
+        TurnBasedGame(tictactoe_v3.env(), opponent="best")
+    with pytest.raises(TypeError, match="opponent="):
+        TurnBasedGame(tictactoe_v3.env(), opponent=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="seat="):
+        TurnBasedGame(tictactoe_v3.env(), seat=2)
+    with pytest.raises(ValueError, match="seat="):
+        TurnBasedGame(tictactoe_v3.env(), seat="player_9")
+    with pytest.raises(ValueError, match="algorithm="):
+        ModelPlayer("model.zip")
+    with pytest.raises(ValueError, match="opponent="):
+        play_games(None, tictactoe_v3.env, 2, opponent="self")
+    with pytest.raises(ValueError, match="against="):
+        GameEvalCallback(tictactoe_v3.env, against=("best",))
+
+
+@pytest.mark.parametrize("algo", DISCRETE)
+def test_every_discrete_algorithm_self_plays_without_an_illegal_move(algo: str) -> None:
+    """3,000 steps on a game that raises on an illegal move: a finished run took none, at either seat (the
+    other seats are played by the workers' own policies)."""
+    kwargs: dict[str, Any] = dict(n_actors=1, learning_starts=200) if algo == "ApeXDQN" else dict(n_workers=2)
+    model = getattr(sb3_async, algo)("MlpPolicy", strict_tictactoe, seed=0, **kwargs)
+    model.learn(3_000)
+    assert model.num_timesteps >= 3_000
+    results = play_games(model, strict_tictactoe, 20, seed=0)
+    assert results.games == 20 and set(results.results) == {0, 1}
+
+
+def test_workers_attach_their_policy_to_self_play_games() -> None:
+    model = sb3_async.AsyncNStepQ("MlpPolicy", strict_tictactoe, n_workers=1, seed=0)
+    venv = DummyVecEnv([lambda: TurnBasedGame(strict_tictactoe()), lambda: TurnBasedGame(strict_tictactoe(), "random")])
+    assert attach_self_play(venv, model.policy) == 1  # the "random" game keeps its opponent
+    player = venv.envs[0].unwrapped.player
+    assert isinstance(player, PolicyPlayer) and player.policy is model.policy
+    assert venv.envs[1].unwrapped.player is None
+
+
+def test_policy_players_never_play_an_illegal_move() -> None:
+    for algo in ("A3C", "AsyncNStepQ"):
+        model = getattr(sb3_async, algo)("MlpPolicy", strict_tictactoe, n_workers=1, seed=0)
+        for deterministic in (True, False):
+            player = PolicyPlayer(model.policy, deterministic=deterministic)
+            rng = np.random.default_rng(1)
+            for _ in range(50):
+                mask = rng.random(9) < 0.3
+                mask[rng.integers(9)] = True
+                assert mask[player(np.zeros((3, 3, 2), np.int8), mask)]
+
+
+def test_play_games_counts_results_per_seat_and_a_saved_model_plays(tmp_path: Any) -> None:
+    model = sb3_async.AsyncNStepQ("MlpPolicy", strict_tictactoe, n_workers=1, seed=0)
+    results = play_games(model, strict_tictactoe, 11, seed=0)
+    assert results.games == 11 and sum(results.results[0]) == 6 and sum(results.results[1]) == 5
+    path = tmp_path / "model.zip"
+    model.save(path)
+    saved = ModelPlayer(path, sb3_async.AsyncNStepQ)
+    saved = cloudpickle.loads(cloudpickle.dumps(saved))  # pickles as a path: a pool's worker process can hold it
+    mirror = play_games(model, strict_tictactoe, 10, opponent=saved, seed=0)
+    # the same greedy policy at both seats, deterministic: one game per seat, played 5 times
+    assert all(max(counts) == 5 for counts in mirror.results.values())
+    with pytest.raises(TypeError, match="path"):
+        cloudpickle.dumps(ModelPlayer(model))
+    assert set(results.as_dict("x/")) >= {"x/win_rate", "x/seat_0_loss_rate", "x/seat_1_draw_rate"}
+
+
+def test_the_games_callback_logs_rates_during_learn(tmp_path: Any) -> None:
+    from stable_baselines3.common.logger import configure
+
+    model = sb3_async.AsyncNStepQ("MlpPolicy", strict_tictactoe, n_workers=1, seed=0, backend="serial")
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    callback = GameEvalCallback(strict_tictactoe, eval_freq=500, n_games=10, verbose=0)
+    model.learn(1_600, callback=callback)
+    assert len(callback.history) >= 2
+    assert "previous" not in callback.history[0][1] and "previous" in callback.history[-1][1]
+    header = (tmp_path / "progress.csv").read_text().splitlines()[0].split(",")
+    assert {"eval/random/win_rate", "eval/random/seat_1_loss_rate", "eval/previous/draw_rate"} <= set(header)
+    win, _, loss = callback.history[-1][1]["random"].rates()
+    assert callback.last_mean_reward == pytest.approx(win - loss)
