@@ -202,7 +202,7 @@ def test_play_games_counts_results_per_seat_and_a_saved_model_plays(tmp_path: An
     assert set(results.as_dict("x/")) >= {"x/win_rate", "x/seat_0_loss_rate", "x/seat_1_draw_rate"}
 
 
-def test_the_games_callback_logs_rates_during_learn(tmp_path: Any) -> None:
+def test_the_games_callback_and_learn_log_rates_per_seat(tmp_path: Any) -> None:
     from stable_baselines3.common.logger import configure
 
     model = sb3_async.AsyncNStepQ("MlpPolicy", strict_tictactoe, n_workers=1, seed=0, backend="serial")
@@ -213,5 +213,36 @@ def test_the_games_callback_logs_rates_during_learn(tmp_path: Any) -> None:
     assert "previous" not in callback.history[0][1] and "previous" in callback.history[-1][1]
     header = (tmp_path / "progress.csv").read_text().splitlines()[0].split(",")
     assert {"eval/random/win_rate", "eval/random/seat_1_loss_rate", "eval/previous/draw_rate"} <= set(header)
+    # the training episodes per seat, from the workers' reports
+    assert {"rollout/seat_0_win_rate", "rollout/seat_1_loss_rate", "rollout/seat_1_ep_rew_mean"} <= set(header)
     win, _, loss = callback.history[-1][1]["random"].rates()
     assert callback.last_mean_reward == pytest.approx(win - loss)
+
+
+def test_seat_statistics_are_the_rates_of_each_seats_episodes() -> None:
+    from sb3_async.common.games import record_seat_statistics
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.values: dict[str, float] = {}
+
+        def record(self, key: str, value: float) -> None:
+            self.values[key] = value
+
+    episodes = [
+        {"r": 1.0, "l": 3, "seat": 0, "result": 1},
+        {"r": -1.0, "l": 4, "seat": 1, "result": -1},
+        {"r": 0.0, "l": 5, "seat": 0, "result": 0},
+        {"r": 1.0, "l": 3, "seat": 0, "result": 1},
+        {"r": 2.0, "l": 9},  # not a game's episode
+    ]
+    logger = Recorder()
+    record_seat_statistics(logger, episodes)
+    assert logger.values == {
+        "rollout/seat_0_ep_rew_mean": pytest.approx(2 / 3),
+        "rollout/seat_0_win_rate": pytest.approx(2 / 3),
+        "rollout/seat_0_loss_rate": 0.0,
+        "rollout/seat_1_ep_rew_mean": -1.0,
+        "rollout/seat_1_win_rate": 0.0,
+        "rollout/seat_1_loss_rate": 1.0,
+    }

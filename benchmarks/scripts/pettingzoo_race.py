@@ -28,6 +28,17 @@ A3C against PPO at one budget of slot steps::
     python benchmarks/scripts/pettingzoo_race.py --algos a3c ppo_supersuit --seeds 0 1 2 --steps 200000
 
 Needs ``pip install "sb3-async[pettingzoo]" "supersuit>=3.11"``.
+
+**Games** (``--game connect_four``): A3C self-play on connect four against sb3-contrib's ``MaskablePPO``, at the
+same wall clock. A3C trains from its zoo entry, ``python -m sb3_async.train --algo a3c --env classic/connect_four-v3``
+(the pool's games, its 2 workers' policies playing the other seat); the seconds that command takes, start to exit,
+are MaskablePPO's budget, from its own process start. MaskablePPO (its defaults, one process) trains on connect four
+through a wrapper written after PettingZoo's SB3 action-mask tutorial: each move is a step, from the mover's
+observation to the next mover's, rewarded with the mover's cumulative reward. One torch thread per process. Off the
+clock: 200 games of each against a random legal player (deterministic moves, 100 per seat), and 200 games head to
+head (sampled moves, 100 per seat)::
+
+    python benchmarks/scripts/pettingzoo_race.py --game connect_four --seeds 0 --out benchmarks/results/games_race
 """
 
 from __future__ import annotations
@@ -42,6 +53,8 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+PROCESS_START = time.perf_counter()
 
 ALGOS = ("ae_ddpg", "td3_supersuit", "a3c", "ppo_supersuit")
 DISCRETE = ("a3c", "ppo_supersuit")
@@ -111,7 +124,182 @@ def run_one(algo: str, seed: int, steps: int) -> dict:
     return {"algo": algo, "seed": seed, "steps": int(model.num_timesteps), "seconds": train_seconds, "score": float(score)}
 
 
+GAME_ID = {"connect_four": "classic/connect_four-v3"}
+
+
+def game_factory(game: str):
+    import importlib
+
+    return importlib.import_module(f"pettingzoo.classic.{game}_v3").env
+
+
+class _MoverWrapper:
+    """The other side's setup: PettingZoo's SB3 action-mask tutorial's approach, written here. One AEC game as a
+    gymnasium env where each move is a step, whoever moves: the observation is the next mover's, the reward and flags
+    the mover's own (its cumulative reward), the mask the next mover's."""
+
+    def __new__(cls, game: str):
+        import gymnasium as gym
+
+        class MoverEnv(gym.Env):
+            def __init__(self) -> None:
+                self.env = game_factory(game)()
+                first = self.env.possible_agents[0]
+                self.observation_space = self.env.observation_space(first)["observation"]
+                self.action_space = self.env.action_space(first)
+
+            def reset(self, *, seed=None, options=None):
+                super().reset(seed=seed)
+                self.env.reset(seed=seed)
+                return self.env.observe(self.env.agent_selection)["observation"], {}
+
+            def step(self, action):
+                mover = self.env.agent_selection
+                self.env.step(int(action))
+                observation = self.env.observe(self.env.agent_selection)["observation"]
+                env = self.env
+                return observation, env._cumulative_rewards[mover], env.terminations[mover], env.truncations[mover], {}
+
+            def action_masks(self):
+                return self.env.observe(self.env.agent_selection)["action_mask"].astype(bool)
+
+        return MoverEnv()
+
+
+def run_game_side(side: str, game: str, seed: int, seconds: float | None, folder: Path, steps: int | None) -> dict:
+    """Train one side (in this process) and save it; ``a3c`` runs the zoo's command, ``maskable_ppo`` trains for
+    ``seconds`` from this process' start."""
+    import torch
+
+    torch.set_num_threads(1)
+    if side == "a3c":
+        start = time.perf_counter()
+        command = [sys.executable, "-m", "sb3_async.train", "--algo", "a3c", "--env", GAME_ID[game]]
+        command += ["--seed", str(seed), "--eval-freq", "-1", "-f", str(folder)]
+        command += [] if steps is None else ["-n", str(steps)]
+        subprocess.run(command, check=True, capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+        from sb3_async import A3C
+
+        name = GAME_ID[game].replace("/", "-")
+        model = A3C.load(next(folder.glob(f"a3c/{name}_*/{name}.zip")))
+        return {"side": side, "seed": seed, "steps": int(model.num_timesteps), "seconds": seconds}
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    assert seconds is not None
+    deadline = PROCESS_START + seconds
+
+    class Deadline(BaseCallback):
+        def _on_step(self) -> bool:
+            return time.perf_counter() < deadline
+
+    model = MaskablePPO("MlpPolicy", _MoverWrapper(game), seed=seed, device="cpu")
+    model.learn(10**9, callback=Deadline())
+    model.save(folder / "maskable_ppo.zip")
+    return {"side": side, "seed": seed, "steps": int(model.num_timesteps), "seconds": time.perf_counter() - PROCESS_START}
+
+
+def play_off(game: str, seed: int, folder: Path) -> dict:
+    """Each side against a random legal player (200 games, deterministic), then head to head (200, sampled)."""
+    import torch
+    from sb3_contrib import MaskablePPO
+
+    from sb3_async import A3C
+    from sb3_async.common.games import ModelPlayer, play_games
+
+    torch.set_num_threads(1)
+    name = GAME_ID[game].replace("/", "-")
+    a3c = A3C.load(next(folder.glob(f"a3c/{name}_*/{name}.zip")))
+    ppo = MaskablePPO.load(folder / "maskable_ppo.zip", device="cpu")
+    make = game_factory(game)
+    counts = {}
+    for side, model in (("a3c", a3c), ("maskable_ppo", ppo)):
+        counts[f"{side}_vs_random"] = play_games(model, make, 200, "random", deterministic=True, seed=seed).results
+    match = play_games(a3c, make, 200, ModelPlayer(ppo, deterministic=False), deterministic=False, seed=seed)
+    counts["a3c_vs_maskable_ppo"] = match.results
+    return {"seed": seed, "games": {key: {str(seat): c for seat, c in value.items()} for key, value in counts.items()}}
+
+
+def _rates(results: dict) -> str:
+    wins, draws, losses = (sum(counts[i] for counts in results.values()) for i in range(3))
+    total = max(1, wins + draws + losses)
+    return f"{wins / total:.3f} / {draws / total:.3f} / {losses / total:.3f}"
+
+
+def game_table_of(record: dict) -> dict:
+    """The published table of a games race, from its runs only."""
+    rows = []
+    for side, label in (("a3c", LABELS["a3c_game"]), ("maskable_ppo", LABELS["maskable_ppo"])):
+        runs = [run for run in record["runs"] if run["side"] == side]
+        vs_random = {}
+        match = {}
+        for played in record["games"]:
+            for seat, counts in played["games"][f"{side}_vs_random"].items():
+                vs_random[f"{played['seed']}/{seat}"] = counts
+            for seat, counts in played["games"]["a3c_vs_maskable_ppo"].items():
+                # the head-to-head from this side's view: A3C's wins are MaskablePPO's losses
+                match[f"{played['seed']}/{seat}"] = counts if side == "a3c" else counts[::-1]
+        rows.append(
+            [
+                label,
+                f"{statistics.median(run['seconds'] for run in runs):.0f}",
+                f"{statistics.median(run['steps'] for run in runs):,.0f}",
+                _rates(vs_random),
+                _rates(match),
+            ]
+        )
+    seeds = sorted({run["seed"] for run in record["runs"]})
+    notes = (
+        "PettingZoo's `connect_four_v3`; setups as in `benchmarks/scripts/pettingzoo_race.py` (`--game`). A3C's "
+        "seconds are its zoo command's, start to exit; MaskablePPO trains for as long. Env steps: A3C's count its "
+        "learning seat's moves, MaskablePPO's every move. Rates: win / draw / loss over 200 games against a random "
+        "legal player (deterministic moves) and 200 head to head (sampled moves), 100 at each seat, seeds "
+        f"{', '.join(map(str, seeds))}, one torch thread per process, {record['machine']['cpus']} cores."
+    )
+    return {
+        "title": "Connect four: A3C self-play on the pool against MaskablePPO, the same wall clock",
+        "columns": ["player", "train seconds", "env steps", "vs random (W / D / L)", "head to head (W / D / L)"],
+        "rows": rows,
+        "notes": notes,
+    }
+
+
+def game_race(args: argparse.Namespace) -> None:
+    import tempfile
+
+    record = {
+        "command": f"python benchmarks/scripts/pettingzoo_race.py --game {args.game} --seeds "
+        + " ".join(map(str, args.seeds))
+        + (f" --n-timesteps {args.n_timesteps}" if args.n_timesteps else "")
+        + (f" --out {args.out}" if args.out else ""),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "runs": [],
+        "games": [],
+    }
+    for seed in args.seeds:
+        with tempfile.TemporaryDirectory() as folder:
+            for side in ("a3c", "maskable_ppo"):  # MaskablePPO's budget is A3C's seconds
+                budget = [] if side == "a3c" else ["--seconds", str(record["runs"][-1]["seconds"])]
+                budget += [] if args.n_timesteps is None else ["--n-timesteps", str(args.n_timesteps)]
+                command = [sys.executable, __file__, "--game", args.game, "--side", side, str(seed), folder, *budget]
+                line = subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+                record["runs"].append(json.loads(line))
+                print(line, flush=True)
+            command = [sys.executable, __file__, "--game", args.game, "--play-off", str(seed), folder]
+            line = subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+            record["games"].append(json.loads(line))
+            print(line, flush=True)
+    spec = game_table_of(record)
+    print(" | ".join(spec["columns"]), *(" | ".join(row) for row in spec["rows"]), spec["notes"], sep="\n")
+    if args.out:
+        write_folder(args.out, record)
+
+
 LABELS = {
+    "a3c_game": "A3C self-play on AsyncEnvPool (zoo entry, 2 workers)",
+    "maskable_ppo": "MaskablePPO (sb3-contrib) through the tutorial's wrapper",
     "ae_ddpg": "AE-DDPG on AsyncEnvPool",
     "td3_supersuit": "TD3 (SB3) on SuperSuit",
     "a3c": "A3C, its workers' own copies",
@@ -159,11 +347,12 @@ def table_of(record: dict) -> dict:
 
 def write_folder(out: Path, record: dict) -> None:
     """``results.json`` (the runs and their table) and ``README.md`` (the command and how to print the table)."""
-    record = {**record, "table": table_of(record)}
+    games = "games" in record
+    record = {**record, "table": game_table_of(record) if games else table_of(record)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(record, indent=1))
     (out / "README.md").write_text(
-        f"# Ours on the pool against SB3 through SuperSuit on simple_spread_v3\n\n```\n{record['command']}\n```\n\n"
+        f"# {record['table']['title']}\n\n```\n{record['command']}\n```\n\n"
         f"`python -m sb3_async.benchmark --report {out} --markdown --table script` prints the table.\n"
     )
 
@@ -192,7 +381,22 @@ def main() -> None:
         "--steps-for", nargs=2, action="append", default=[], metavar=("ALGO", "STEPS"), help="another budget for ALGO"
     )
     parser.add_argument("--one", nargs=2, metavar=("ALGO", "SEED"))
+    parser.add_argument("--game", choices=tuple(GAME_ID), help="race on this game instead (see the module's notes)")
+    parser.add_argument("--side", nargs=3, metavar=("SIDE", "SEED", "DIR"))
+    parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--play-off", nargs=2, metavar=("SEED", "DIR"))
+    parser.add_argument("--n-timesteps", type=int, default=None, help="games: A3C's steps instead of its entry's")
     args = parser.parse_args()
+    if args.game and args.side:
+        side, seed, folder = args.side
+        print(json.dumps(run_game_side(side, args.game, int(seed), args.seconds, Path(folder), args.n_timesteps)))
+        return
+    if args.game and args.play_off:
+        print(json.dumps(play_off(args.game, int(args.play_off[0]), Path(args.play_off[1]))))
+        return
+    if args.game and not args.render:
+        game_race(args)
+        return
     if args.render:
         write_folder(args.render, json.loads((args.render / "results.json").read_text()))
         return

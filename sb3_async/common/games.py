@@ -6,6 +6,8 @@ the evaluation of a model by the games it wins.
   one over its own copy of the policy to its games (:func:`attach_self_play`): self-play with one shared policy.
 - :class:`ModelPlayer` plays with a trained model, given as the model or as a saved file (loaded in the process
   that plays, so a pool's worker processes can hold it): a fixed opponent.
+- the workers report each game's seat and result with its episode, and ``learn()`` logs them per seat
+  (:func:`record_seat_statistics`: ``rollout/seat_0_win_rate``...);
 - :func:`play_games` plays a model against an opponent, the seats alternating, and counts wins, draws and losses
   per seat (:class:`GameResults`); :class:`GameEvalCallback` does it during ``learn()``, against a random legal
   player and against a frozen copy of the model from the previous evaluation, and logs the rates.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +30,15 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from sb3_async.common.masks import masked_argmax, masked_policy
 from sb3_async.env_pool.turns import OPPONENTS, Player, TurnBasedGame
 
-__all__ = ["GameEvalCallback", "GameResults", "ModelPlayer", "PolicyPlayer", "attach_self_play", "play_games"]
+__all__ = [
+    "GameEvalCallback",
+    "GameResults",
+    "ModelPlayer",
+    "PolicyPlayer",
+    "attach_self_play",
+    "play_games",
+    "record_seat_statistics",
+]
 
 
 class PolicyPlayer:
@@ -115,6 +125,20 @@ def attach_self_play(env: VecEnv, policy: Any, seed: int | None = None) -> int:
     for game in joined:
         game.attach_player(PolicyPlayer(policy, epsilon=SELF_PLAY_EPSILON, seed=seed))
     return len(joined)
+
+
+def record_seat_statistics(logger: Any, episodes: Iterable[dict[str, Any]]) -> None:
+    """Log ``rollout/seat_<k>_ep_rew_mean``, ``_win_rate`` and ``_loss_rate`` over the episodes of turn-based games in
+    ``episodes`` (SB3's ``ep_info_buffer``: those with a ``"seat"``), one set per seat."""
+    by_seat: dict[int, list[dict[str, Any]]] = {}
+    for episode in episodes:
+        if "seat" in episode:
+            by_seat.setdefault(int(episode["seat"]), []).append(episode)
+    for seat, played in sorted(by_seat.items()):
+        results = np.array([episode["result"] for episode in played])
+        logger.record(f"rollout/seat_{seat}_ep_rew_mean", float(np.mean([episode["r"] for episode in played])))
+        logger.record(f"rollout/seat_{seat}_win_rate", float(np.mean(results == 1)))
+        logger.record(f"rollout/seat_{seat}_loss_rate", float(np.mean(results == -1)))
 
 
 @dataclass

@@ -23,6 +23,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import safe_mean
 
 from sb3_async.common.async_metrics import AsyncMetrics
+from sb3_async.common.games import record_seat_statistics
 from sb3_async.common.worker_side import read_obs
 from sb3_async.runtime import Runtime
 from sb3_async.runtime.processes import WorkerError
@@ -165,6 +166,7 @@ class WorkerSupervision(BaseAlgorithm):
         if len(self.ep_info_buffer) > 0:
             self.logger.record("rollout/ep_rew_mean", safe_mean([ep["r"] for ep in self.ep_info_buffer]))
             self.logger.record("rollout/ep_len_mean", safe_mean([ep["l"] for ep in self.ep_info_buffer]))
+            record_seat_statistics(self.logger, self.ep_info_buffer)
         if self.ep_success_buffer:
             self.logger.record("rollout/success_rate", safe_mean(self.ep_success_buffer))
         self.logger.record("time/fps", fps)
@@ -184,6 +186,10 @@ class WorkerSupervision(BaseAlgorithm):
         assert self.ep_info_buffer is not None and self.ep_success_buffer is not None
         for info in infos:
             if "episode" in info:
-                self.ep_info_buffer.append(info["episode"])
+                game = info.get("game")  # a turn-based game's episode: its seat and result go with it
+                episode = (
+                    info["episode"] if game is None else {**info["episode"], "seat": game["seat"], "result": game["result"]}
+                )
+                self.ep_info_buffer.append(episode)
             if "is_success" in info:
                 self.ep_success_buffer.append(info["is_success"])

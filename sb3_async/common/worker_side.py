@@ -95,8 +95,9 @@ class StatsReporter:
             episode = info.get("episode")
             if episode is not None:
                 entry = dict(episode=episode)
-                if "is_success" in info:
-                    entry["is_success"] = info["is_success"]
+                for key in ("is_success", "game"):  # a turn-based game's seat and result (per-seat statistics)
+                    if key in info:
+                        entry[key] = info[key]
                 self._episodes.append((self.env_offset + int(i), entry))
 
     def record_train(self, **metrics: float) -> None:
