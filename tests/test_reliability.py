@@ -393,17 +393,13 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _sleep_forever() -> None:
-    time.sleep(600)
-
-
 def test_a_launcher_stops_everything_it_started():
     """The one object every start goes through keeps what it started, and its close() ends all of it: a worker
     process that never returns, and a command (SIGKILLed with its process group)."""
     from sb3_async.runtime.processes import Launcher
 
     launcher = Launcher("spawn")
-    proc = launcher.process(_sleep_forever, "sb3_async-test-sleeper", ())
+    proc = launcher.process(time.sleep, "sb3_async-test-sleeper", (600,))
     command = launcher.command([sys.executable, "-c", "import time; time.sleep(600)"])
     assert launcher.processes == [proc] and launcher.commands == [command]
     launcher.close(timeout=0.5)
