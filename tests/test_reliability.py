@@ -258,7 +258,7 @@ def test_forkserver_starts_when_the_model_is_built(tmp_path, start_method):
 COMMAND_PARENT = textwrap.dedent(
     """
     import sys, time
-    from sb3_async.runtime.processes import start_command
+    from sb3_async.runtime.processes import Launcher
 
     child = (
         "import subprocess, sys, time\\n"
@@ -268,7 +268,7 @@ COMMAND_PARENT = textwrap.dedent(
         "print('ready', flush=True)\\n"
         "time.sleep(120)\\n"
     )
-    process = start_command([sys.executable, "-c", child])
+    process = Launcher().command([sys.executable, "-c", child])
     print(process.stdout.readline().strip(), flush=True)
     time.sleep(120)
     """
@@ -277,7 +277,7 @@ COMMAND_PARENT = textwrap.dedent(
 
 @pytest.mark.parametrize("watch", [True, False])
 def test_a_started_command_ends_with_its_killed_parent(tmp_path, watch):
-    """``start_command``'s child (a benchmark run) and what it started end when the parent is killed with SIGKILL, if the
+    """``Launcher.command``'s child (a benchmark run) and what it started end when the parent is killed with SIGKILL, if the
     child watches its parent as it should; without the watch they would run on (the check can fail)."""
     marker = f"SB3_ASYNC_TEST_{uuid.uuid4().hex}"
     script = tmp_path / "parent.py"
@@ -391,3 +391,17 @@ def _running(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_launcher_stops_everything_it_started():
+    """The one object every start goes through keeps what it started, and its close() ends all of it: a worker
+    process that never returns, and a command (SIGKILLed with its process group)."""
+    from sb3_async.runtime.processes import Launcher
+
+    launcher = Launcher("spawn")
+    proc = launcher.process(time.sleep, "sb3_async-test-sleeper", (600,))
+    command = launcher.command([sys.executable, "-c", "import time; time.sleep(600)"])
+    assert launcher.processes == [proc] and launcher.commands == [command]
+    launcher.close(timeout=0.5)
+    assert not proc.is_alive() and command.wait(timeout=10) == -signal.SIGKILL
+    assert launcher.processes == [] and launcher.commands == []

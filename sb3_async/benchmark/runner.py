@@ -29,7 +29,7 @@ from sb3_async.benchmark.plan import REPO_ROOT, RunSpec, Suite, plan_runs
 from sb3_async.benchmark.records import EVENT_PREFIX, failed_record
 from sb3_async.benchmark.registry import ENVS, is_adapter_file, peers_of
 from sb3_async.common.torch_utils import usable_cpus
-from sb3_async.runtime.processes import kill_group, start_command
+from sb3_async.runtime.processes import Launcher
 
 #: Extra seconds a run may take beyond its budget and the evaluations it reported (process start-up, the evaluation in
 #: progress, worker shutdown) before it is killed.
@@ -220,13 +220,14 @@ def execute(
     spec_path.write_text(json.dumps(spec.to_dict()))
     result_path.unlink(missing_ok=True)
     command, env = run_command(spec, spec_path, result_path)
-    process = start_command(command, env)
+    launcher = Launcher()
+    process = launcher.command(command, env)
     timed_out, finished = threading.Event(), threading.Event()
     watch = RunWatch(spec, timeout_margin, time.monotonic())
 
     def kill() -> None:
         timed_out.set()
-        kill_group(process)  # the run's own process group: its workers and forkserver
+        launcher.kill(process)  # the run's own process group: its workers and forkserver
 
     def watchdog() -> None:
         while not finished.wait(1.0):
@@ -258,6 +259,7 @@ def execute(
     finally:
         finished.set()
         timer.join()
+        launcher.close()  # what the run left in its group (a forkserver still shutting down) ends with it
     record: dict[str, Any] | None = None
     if result_path.exists():
         try:

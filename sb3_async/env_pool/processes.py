@@ -25,12 +25,12 @@ import cloudpickle
 from sb3_async.env_pool.buffers import SharedBuffers
 from sb3_async.env_pool.info_codec import PACKED, InfoUnpacker
 from sb3_async.env_pool.worker import dumps, env_worker_main, step_message
-from sb3_async.runtime.processes import process_context, start_process, stop_processes
+from sb3_async.runtime.processes import Launcher
 
 __all__ = ["ProcessWorkers"]
 
 
-def _close(procs: list[Any], conns: list[Any], busy: list[int], timeout: float) -> None:
+def _close(launcher: Launcher, procs: list[Any], conns: list[Any], busy: list[int], timeout: float) -> None:
     """Stop the processes (idle ones politely, busy ones with SIGTERM, then SIGKILL) and close their pipes.
 
     A function of its arguments only, so that a ``weakref.finalize`` of the pool can run it."""
@@ -45,7 +45,7 @@ def _close(procs: list[Any], conns: list[Any], busy: list[int], timeout: float) 
         except (OSError, ValueError):
             proc.terminate()
     alive = [proc for proc in procs if proc is not None]
-    stop_processes(alive, timeout)
+    launcher.stop(alive, timeout)
     for proc in alive:
         if not proc.is_alive():
             proc.close()
@@ -69,7 +69,7 @@ class ProcessWorkers:
     """
 
     def __init__(self, n_workers: int, start_method: str, autoreset: bool, on_error: str, spin_seconds: float = 0.0):
-        self._ctx: Any = process_context(start_method)
+        self._launcher = Launcher(start_method)
         self.autoreset, self.on_error, self.spin_seconds = autoreset, on_error, spin_seconds
         self._procs: list[Any] = [None] * n_workers
         self._conns: list[Any] = [None] * n_workers
@@ -81,9 +81,8 @@ class ProcessWorkers:
 
     def start(self, w: int, ids: list[int], factories_blob: bytes) -> None:
         """Start worker ``w``; its first reply is its envs' spaces."""
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)  # duplex: a Unix socket, which can carry the fd
-        proc = start_process(
-            self._ctx,
+        parent_conn, child_conn = self._launcher.context.Pipe(duplex=True)  # duplex: a Unix socket, which can carry the fd
+        proc = self._launcher.process(
             env_worker_main,
             f"sb3_async-env-pool-{w}",
             (w, ids, factories_blob, child_conn, os.getpid(), self.autoreset, self.on_error, self.spin_seconds),
@@ -175,9 +174,7 @@ class ProcessWorkers:
         """Drop worker ``w`` (dead already) before it is started again."""
         proc, conn = self._procs[w], self._conns[w]
         if proc is not None:
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=1.0)
+            self._launcher.stop([proc], timeout=0.0)
             proc.close()
         if conn is not None:
             conn.close()
@@ -186,8 +183,8 @@ class ProcessWorkers:
 
     def closer(self) -> tuple[Any, tuple[Any, ...]]:
         """A function and its arguments that stop every worker, holding no reference to this object (a finalizer's)."""
-        return _close, (self._procs, self._conns, self._busy)
+        return _close, (self._launcher, self._procs, self._conns, self._busy)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop every worker (idle ones politely, busy ones with SIGTERM, then SIGKILL). Safe to call twice."""
-        _close(self._procs, self._conns, self._busy, timeout)
+        _close(self._launcher, self._procs, self._conns, self._busy, timeout)

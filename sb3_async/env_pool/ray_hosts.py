@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from sb3_async.runtime import ray_connect
-from sb3_async.runtime.processes import start_actor
+from sb3_async.runtime.processes import Launcher
 from sb3_async.validation import check_nonnegative
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ class RayEnvHosts:
         name = f"{self._prefix}host-{w}-{self._generation[w]}"
         self._generation[w] += 1
         # restarts are the pool's (on_error="restart"): it knows which envs to report truncated
-        actor = start_actor(
+        actor = Launcher.actor(
             self._ray, RayEnvHost, name, self.num_cpus_per_worker, ids, factories_blob, self.autoreset, self.on_error
         )
         self._actors[w], self._names[w], self._starting[w], self._host_ids[w] = actor, name, True, ids

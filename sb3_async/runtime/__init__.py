@@ -1,7 +1,8 @@
 """The runtime: the one place sb3_async starts, supervises and stops processes, for every algorithm and backend.
 
-- :mod:`~sb3_async.runtime.processes`: the torch-free core every process goes through (the start method,
-  ``start_process``, the parent-death watch, error reports, stopping); the env pool's workers use it without torch.
+- :mod:`~sb3_async.runtime.processes`: the torch-free core every process goes through: the ``Launcher`` that starts,
+  keeps and stops processes, commands and Ray actors, the parent-death watch, error reports; the env pool's workers
+  use it without torch.
 - :mod:`~sb3_async.runtime.base`: the ``Runtime`` seam, ``WorkerSpec``/``WorkerContext`` and the workers'
   seeds (``worker_seed``, ``restart_seed``), shared by every backend.
 - :mod:`~sb3_async.runtime.mp`: the default ``MultiprocessingRuntime`` (``backend="mp"``), its worker entry

@@ -33,14 +33,7 @@ import torch
 import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reductions for the tensors workers get)
 
 from sb3_async.runtime.base import Runtime, WorkerContext, WorkerSpec, restart_seed
-from sb3_async.runtime.processes import (
-    WorkerError,
-    process_context,
-    report_and_exit,
-    start_process,
-    stop_processes,
-    watch_parent,
-)
+from sb3_async.runtime.processes import Launcher, WorkerError, report_and_exit, watch_parent
 
 _END = "__end__"  # the reader thread's mark that a worker's pipe reached its end (data: the worker's generation)
 
@@ -67,7 +60,7 @@ def start_forkserver() -> None:
         or "forkserver" not in multiprocessing.get_all_start_methods()
     ):
         return
-    process_context("forkserver", _FORKSERVER_PRELOAD)
+    Launcher("forkserver", _FORKSERVER_PRELOAD)  # sets the preload
     multiprocessing.forkserver.ensure_running()  # spawns the server and returns: the imports run in the server
 
 
@@ -116,7 +109,7 @@ class MultiprocessingRuntime(Runtime):
     """
 
     def __init__(self, start_method: str = "forkserver"):
-        self._ctx: Any = process_context(start_method, _FORKSERVER_PRELOAD)
+        self._launcher = Launcher(start_method, _FORKSERVER_PRELOAD)
         self.start_method = start_method
         self._specs: list[WorkerSpec] = []
         self._ranks: list[int] = []  # global rank of each local worker
@@ -183,10 +176,9 @@ class MultiprocessingRuntime(Runtime):
     def _start_process(self, i: int) -> None:
         seed, start_timesteps, total_timesteps, n_total = self._run
         spec, rank = self._specs[i], self._ranks[i]
-        reader, writer = self._ctx.Pipe(duplex=False)
+        reader, writer = self._launcher.context.Pipe(duplex=False)
         blob = cloudpickle.dumps((spec.fn, spec.payload))
-        proc = start_process(
-            self._ctx,
+        proc = self._launcher.process(
             _worker_main,
             f"sb3_async-{spec.name}",
             (
@@ -322,7 +314,7 @@ class MultiprocessingRuntime(Runtime):
         if rank not in self._index:
             raise ValueError(f"Invalid rank={rank!r}: this runtime runs workers {self._ranks}")
         i = self._index[rank]
-        stop_processes([self._procs[i]], timeout=1.0)
+        self._launcher.stop([self._procs[i]], timeout=1.0)
         with self._conns_lock:
             self._open_conns.pop(self._conns[i], None)
         self._conns[i].close()
@@ -340,7 +332,7 @@ class MultiprocessingRuntime(Runtime):
         self.request_stop()
         procs = [proc for proc in self._procs if proc is not None]
         # The reader thread keeps draining meanwhile, so a worker blocked on send() can finish.
-        stop_processes(procs, timeout)
+        self._launcher.stop(procs, timeout)
         self._reading.clear()
         if self._reader is not None:
             self._reader.join(timeout=1.0)

@@ -1,9 +1,10 @@
-"""The one module that starts processes, for every process sb3_async starts, torch-free: worker processes
-(:func:`start_process`: the runtime's and the env pool's), the benchmark's child interpreters (:func:`start_command`)
-and Ray actors (:func:`start_actor`: the runtime's hosts and the env pool's); with what supervises them, written once:
-the start methods, the parent-death watch (:func:`watch_parent`, :func:`watch_parent_from_env`), the error that names
-a failed worker (:func:`report_and_exit`, :class:`WorkerError`) and the stopping (:func:`stop_processes`,
-:func:`kill_group`; Ray actors: :func:`sb3_async.runtime.ray_connect.release_ray`).
+"""The one module that starts processes, for every process sb3_async starts, torch-free. Every start goes through a
+:class:`Launcher`, the object that starts, keeps and stops what its owner started: worker processes
+(:meth:`Launcher.process`: the algorithms' runtimes and the env pools alike), the benchmark's child interpreters
+(:meth:`Launcher.command`) and Ray actors (:meth:`Launcher.actor`: the runtime's hosts and the env pool's). With it,
+written once, what supervises them: the start methods, the parent-death watch (:func:`watch_parent`,
+:func:`watch_parent_from_env`), the error that names a failed worker (:func:`report_and_exit`, :class:`WorkerError`)
+and the stopping (:meth:`Launcher.stop`, :meth:`Launcher.kill`; Ray actors: :func:`sb3_async.runtime.ray_connect.release_ray`).
 
 They live apart from :mod:`sb3_async.runtime` (which imports torch) so that env workers
 (:class:`sb3_async.AsyncEnvPool`) can use them without importing torch.
@@ -34,15 +35,10 @@ __all__ = [
     "WorkerError",
     "PARENT_PID_VARIABLE",
     "RAY_NAMESPACE",
+    "Launcher",
     "exit_if_importing_main",
-    "kill_group",
     "main_module_importable",
-    "process_context",
     "report_and_exit",
-    "start_actor",
-    "start_command",
-    "start_process",
-    "stop_processes",
     "watch_parent",
     "watch_parent_from_env",
 ]
@@ -125,7 +121,7 @@ def main_module_importable(always: bool = False) -> Iterator[None]:
         main.__file__ = main_file
 
 
-def process_context(start_method: str, preload: Sequence[str] = ()) -> Any:
+def _context(start_method: str, preload: Sequence[str] = ()) -> Any:
     """The multiprocessing context every sb3_async process starts from (``start_method`` checked here, once);
     ``preload``: modules the forkserver imports once for all its children."""
     if start_method not in START_METHODS:
@@ -136,22 +132,9 @@ def process_context(start_method: str, preload: Sequence[str] = ()) -> Any:
     return ctx
 
 
-def start_process(ctx: Any, target: Any, name: str, args: tuple[Any, ...]) -> Any:
-    """Start ``target(*args)`` in a new daemonic process of ``ctx``: the one place sb3_async starts a process (the
-    runtime's workers and the env pool's alike). An unguarded main script being re-imported by a worker exits quietly
-    here (:func:`exit_if_importing_main`); a main module that is not a file is not re-imported by the child
-    (:func:`main_module_importable`). The target is expected to call :func:`watch_parent` first and to report with
-    :func:`report_and_exit`; :func:`stop_processes` stops what this started."""
-    exit_if_importing_main()
-    proc = ctx.Process(target=target, name=name, args=args, daemon=True)
-    with main_module_importable():
-        proc.start()
-    return proc
-
-
 def watch_parent(parent_pid: int, group: bool = False) -> None:
     """Exit this worker as soon as the main process is gone (normal exit, crash or SIGKILL); with ``group``, kill this
-    process's whole process group (what a child of :func:`start_command` started, whatever library started it)."""
+    process's whole process group (what a child of :meth:`Launcher.command` started, whatever library started it)."""
 
     def end() -> NoReturn:
         if group:
@@ -180,55 +163,8 @@ def watch_parent(parent_pid: int, group: bool = False) -> None:
     threading.Thread(target=run, name="sb3_async-parent-watch", daemon=True).start()
 
 
-#: Set in a child interpreter of :func:`start_command`: the process id of the process that started it.
-PARENT_PID_VARIABLE = "SB3_ASYNC_PARENT_PID"
-
-
-def start_command(command: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
-    """Start ``command``, another Python interpreter (a benchmark run, or a peer's adapter under its own virtual
-    environment), in a process group of its own, its output (stderr included) piped as text: the one place sb3_async
-    starts a command. The child is expected to call :func:`watch_parent_from_env` first, so that it and everything it
-    started end with this process, even when this one is killed; :func:`kill_group` stops them earlier.
-
-    :param env: the child's environment variables (default: this process's); :data:`PARENT_PID_VARIABLE` is added
-    """
-    variables = {**(os.environ if env is None else env), PARENT_PID_VARIABLE: str(os.getpid())}
-    return subprocess.Popen(
-        list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=variables, start_new_session=True
-    )
-
-
-#: The Ray namespace of every actor sb3_async starts (:func:`start_actor`)
-RAY_NAMESPACE = "sb3_async"
-
-_REMOTE_CLASSES: dict[type, Any] = {}
-
-
-def start_actor(ray: Any, cls: type, name: str, num_cpus: float, *args: Any) -> Any:
-    """Start one Ray actor of ``cls`` (the runtime's Ray hosts and the env pool's alike): named ``name`` in the
-    :data:`RAY_NAMESPACE` namespace (so :func:`sb3_async.runtime.ray_connect.release_ray` finds it and kills it), owned
-    by this driver (Ray ends it when the driver dies), spread over the cluster's nodes, asking for ``num_cpus``, and
-    never restarted by Ray (restarts are the caller's: it knows which seeds and envs to start again).
-
-    :param ray: the ``ray`` module (this module does not import Ray)
-    :return: the actor's handle
-    """
-    remote = _REMOTE_CLASSES.get(cls)
-    if remote is None:
-        remote = _REMOTE_CLASSES[cls] = ray.remote(cls)
-    return remote.options(
-        name=name, namespace=RAY_NAMESPACE, num_cpus=num_cpus, scheduling_strategy="SPREAD", max_restarts=0
-    ).remote(*args)
-
-
-def kill_group(process: subprocess.Popen[Any]) -> None:
-    """SIGKILL a child of :func:`start_command` and every process in its group (its workers, a forkserver)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-
-
 def watch_parent_from_env() -> None:
-    """In a child of :func:`start_command`: when the process that started it is gone, kill this process's group (this
+    """In a child of :meth:`Launcher.command`: when the process that started it is gone, kill this process's group (this
     process and what it started). Does nothing in a process started otherwise."""
     parent = os.environ.get(PARENT_PID_VARIABLE)
     if parent:
@@ -309,15 +245,101 @@ def report_and_exit(conn: Connection, kind: str) -> NoReturn:
         os._exit(1)
 
 
-def stop_processes(procs: Sequence[Any], timeout: float) -> None:
-    """Wait up to ``timeout`` seconds in all for ``procs`` to exit, then SIGTERM, then SIGKILL those still alive."""
-    deadline = time.monotonic() + timeout
-    for proc in procs:
-        proc.join(timeout=max(0.0, deadline - time.monotonic()))
-    for proc in procs:
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(timeout=1.0)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(timeout=1.0)
+#: Set in a child interpreter of :meth:`Launcher.command`: the process id of the process that started it.
+PARENT_PID_VARIABLE = "SB3_ASYNC_PARENT_PID"
+
+#: The Ray namespace of every actor sb3_async starts (:meth:`Launcher.actor`)
+RAY_NAMESPACE = "sb3_async"
+
+_REMOTE_CLASSES: dict[type, Any] = {}
+
+
+class Launcher:
+    """The one object through which sb3_async starts a process, and which stops it: each owner (an algorithm's
+    runtime, an env pool's workers, the benchmark's runner, a set of Ray hosts) holds one, starts through it and
+    closes it when done; what it started and has not stopped is in :attr:`processes` and :attr:`commands`.
+
+    :param start_method: ``"forkserver"``, ``"spawn"`` or ``"fork"`` for :meth:`process` (checked here, once)
+    :param preload: modules the forkserver imports once for all its children
+    """
+
+    def __init__(self, start_method: str = "forkserver", preload: Sequence[str] = ()):
+        self.start_method = start_method
+        #: The multiprocessing context of :meth:`process` (its ``Pipe`` makes the workers' pipes)
+        self.context: Any = _context(start_method, preload)
+        #: Worker processes started by :meth:`process` and not stopped yet
+        self.processes: list[Any] = []
+        #: Child interpreters started by :meth:`command` and not killed yet
+        self.commands: list[subprocess.Popen[str]] = []
+
+    def process(self, target: Any, name: str, args: tuple[Any, ...]) -> Any:
+        """Start ``target(*args)`` in a new daemonic process. An unguarded main script being re-imported by a worker
+        exits quietly here (:func:`exit_if_importing_main`); a main module that is not a file is not re-imported by the
+        child (:func:`main_module_importable`). The target is expected to call :func:`watch_parent` first and to report
+        with :func:`report_and_exit`; :meth:`stop` stops it."""
+        exit_if_importing_main()
+        proc = self.context.Process(target=target, name=name, args=args, daemon=True)
+        with main_module_importable():
+            proc.start()
+        self.processes.append(proc)
+        return proc
+
+    def command(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+        """Start ``command``, another Python interpreter (a benchmark run, or a peer's adapter under its own virtual
+        environment), in a process group of its own, its output (stderr included) piped as text. The child is expected
+        to call :func:`watch_parent_from_env` first, so that it and everything it started end with this process, even
+        when this one is killed; :meth:`kill` stops them earlier.
+
+        :param env: the child's environment variables (default: this process's); :data:`PARENT_PID_VARIABLE` is added
+        """
+        variables = {**(os.environ if env is None else env), PARENT_PID_VARIABLE: str(os.getpid())}
+        process = subprocess.Popen(
+            list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=variables, start_new_session=True
+        )
+        self.commands.append(process)
+        return process
+
+    @staticmethod
+    def actor(ray: Any, cls: type, name: str, num_cpus: float, *args: Any) -> Any:
+        """Start one Ray actor of ``cls``: named ``name`` in the :data:`RAY_NAMESPACE` namespace (so
+        :func:`sb3_async.runtime.ray_connect.release_ray` finds it and kills it), owned by this driver (Ray ends it
+        when the driver dies), spread over the cluster's nodes, asking for ``num_cpus``, and never restarted by Ray
+        (restarts are the caller's: it knows which seeds and envs to start again).
+
+        :param ray: the ``ray`` module (this module does not import Ray)
+        :return: the actor's handle
+        """
+        remote = _REMOTE_CLASSES.get(cls)
+        if remote is None:
+            remote = _REMOTE_CLASSES[cls] = ray.remote(cls)
+        return remote.options(
+            name=name, namespace=RAY_NAMESPACE, num_cpus=num_cpus, scheduling_strategy="SPREAD", max_restarts=0
+        ).remote(*args)
+
+    def stop(self, procs: Sequence[Any] | None = None, timeout: float = 5.0) -> None:
+        """Wait up to ``timeout`` seconds in all for ``procs`` (default: every process started and not stopped yet) to
+        exit, then SIGTERM, then SIGKILL those still alive."""
+        procs = list(self.processes if procs is None else procs)
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=1.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=1.0)
+        self.processes = [proc for proc in self.processes if all(proc is not other for other in procs)]
+
+    def kill(self, command: subprocess.Popen[Any]) -> None:
+        """SIGKILL a child of :meth:`command` and every process in its group (its workers, a forkserver)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(command.pid, signal.SIGKILL)
+        self.commands = [other for other in self.commands if other is not command]
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop every process and kill every command this launcher started and has not stopped."""
+        self.stop(timeout=timeout)
+        for command in list(self.commands):
+            self.kill(command)

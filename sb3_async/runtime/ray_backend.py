@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from sb3_async.runtime.base import Runtime, WorkerSpec, restart_seed
-from sb3_async.runtime.processes import WorkerError, start_actor
+from sb3_async.runtime.processes import Launcher, WorkerError
 from sb3_async.runtime.ray_connect import (  # the connect / release rules, shared with the env pool's Ray hosts
     NAMESPACE,
     RAY_INSTALL_HINT,
@@ -177,7 +177,7 @@ class RayRuntime(Runtime):
         ray = self._ray
         _, start_timesteps, total_timesteps = self._run
         name = f"sb3_async-{self._run_id}-host-{'-'.join(map(str, ranks))}-{self._generations[ranks[0]]}"
-        actor = start_actor(
+        actor = Launcher.actor(
             ray,
             RayHost,
             name,
