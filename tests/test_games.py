@@ -17,6 +17,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 import sb3_async
 from sb3_async.common.games import (
+    SELF_PLAY_EPSILON,
     GameEvalCallback,
     GameResults,
     ModelPlayer,
@@ -171,7 +172,11 @@ def test_workers_attach_their_policy_to_self_play_games() -> None:
     assert attach_self_play(venv, model.policy) == 1  # the "random" game keeps its opponent
     player = venv.envs[0].unwrapped.player
     assert isinstance(player, PolicyPlayer) and player.policy is model.policy
+    assert player.epsilon == SELF_PLAY_EPSILON  # a Q-network's best move, or a random one
     assert venv.envs[1].unwrapped.player is None
+    a3c = sb3_async.A3C("MlpPolicy", strict_tictactoe, n_workers=1, seed=0)
+    assert attach_self_play(venv, a3c.policy) == 1
+    assert venv.envs[0].unwrapped.player.epsilon == 0.0  # an actor-critic policy samples its moves
 
 
 def test_policy_players_never_play_an_illegal_move() -> None:

@@ -110,20 +110,21 @@ class ModelPlayer:
         return dict(vars(self))
 
 
-#: How often the policy playing the other seats in self-play moves at random: without it, a Q-network policy (always
-#: its best move) would show the learner a single line of play per position.
+#: How often a Q-network policy playing the other seats in self-play moves at random: always its best move, it would
+#: show the learner a single line of play per position. An actor-critic policy samples its moves instead.
 SELF_PLAY_EPSILON = 0.2
 
 
 def attach_self_play(env: VecEnv, policy: Any, seed: int | None = None) -> int:
     """Let ``policy`` play the other seats of every :class:`TurnBasedGame` of ``env`` (a worker's env copies in this
-    process) whose opponent is ``"self"``, a random legal move :data:`SELF_PLAY_EPSILON` of the time; returns how
-    many games it joined."""
+    process) whose opponent is ``"self"``: an actor-critic policy samples its moves, a Q-network policy takes its best
+    one, or a random legal move :data:`SELF_PLAY_EPSILON` of the time; returns how many games it joined."""
     base = env.unwrapped
     games = [inner.unwrapped for inner in getattr(base, "envs", [])]
     joined = [game for game in games if isinstance(game, TurnBasedGame) and game.opponent == "self"]
+    epsilon = SELF_PLAY_EPSILON if hasattr(policy, "q_net") else 0.0
     for game in joined:
-        game.attach_player(PolicyPlayer(policy, epsilon=SELF_PLAY_EPSILON, seed=seed))
+        game.attach_player(PolicyPlayer(policy, epsilon=epsilon, seed=seed))
     return len(joined)
 
 
