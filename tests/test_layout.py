@@ -140,13 +140,14 @@ def test_no_module_over_500_lines():
 #: Calls that start a process that may outlive the call (a blocking ``subprocess.run`` with a timeout may stay).
 _STARTERS = {
     "Popen", "Process", "fork", "forkpty", "posix_spawn", "posix_spawnp", "spawnv", "spawnve", "spawnl", "get_context",
-    "remote",
+    "remote", "ensure_running", "init",
 }  # fmt: skip
 
 
 def test_only_the_runtime_starts_processes():
-    """Every process, command and Ray actor starts in runtime/processes.py, next to the parent-death watch, the error
-    reports and the stopping that supervise them (``.remote(...)`` calls of an actor's methods are not starts)."""
+    """Every process, forkserver, command, Ray cluster and Ray actor starts in runtime/processes.py (its Launcher),
+    next to the parent-death watch, the error reports and the stopping that supervise them (``.remote(...)`` calls of
+    an actor's methods are not starts)."""
     starters = []
     for path in PACKAGE.rglob("*.py"):
         if path == PACKAGE / "runtime" / "processes.py":
@@ -154,8 +155,10 @@ def test_only_the_runtime_starts_processes():
         for node in ast.walk(ast.parse(path.read_text())):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)) or node.func.attr not in _STARTERS:
                 continue
-            if node.func.attr == "remote" and not (isinstance(node.func.value, ast.Name) and node.func.value.id == "ray"):
-                continue  # handle.method.remote(...): a call on an actor that runs, not a start
+            if node.func.attr in ("remote", "init") and not (
+                isinstance(node.func.value, ast.Name) and node.func.value.id == "ray"
+            ):
+                continue  # handle.method.remote(...): a call on an actor that runs, not a start; x.init(): not Ray's
             if not (isinstance(node.func.value, ast.Name) and node.func.value.id == "psutil"):  # psutil only looks
                 starters.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert starters == []

@@ -60,8 +60,7 @@ def start_forkserver() -> None:
         or "forkserver" not in multiprocessing.get_all_start_methods()
     ):
         return
-    Launcher("forkserver", _FORKSERVER_PRELOAD)  # sets the preload
-    multiprocessing.forkserver.ensure_running()  # spawns the server and returns: the imports run in the server
+    Launcher("forkserver", _FORKSERVER_PRELOAD).forkserver()  # spawns the server and returns: it runs the imports
 
 
 def _worker_main(

@@ -1,7 +1,8 @@
 """The one module that starts processes, for every process sb3_async starts, torch-free. Every start goes through a
 :class:`Launcher`, the object that starts, keeps and stops what its owner started: worker processes
-(:meth:`Launcher.process`: the algorithms' runtimes and the env pools alike), the benchmark's child interpreters
-(:meth:`Launcher.command`) and Ray actors (:meth:`Launcher.actor`: the runtime's hosts and the env pool's). With it,
+(:meth:`Launcher.process`: the algorithms' runtimes and the env pools alike) and their forkserver
+(:meth:`Launcher.forkserver`), the benchmark's child interpreters (:meth:`Launcher.command`), a local Ray cluster
+(:meth:`Launcher.ray_cluster`) and Ray actors (:meth:`Launcher.actor`: the runtime's hosts and the env pool's). With it,
 written once, what supervises them: the start methods, the parent-death watch (:func:`watch_parent`,
 :func:`watch_parent_from_env`), the error that names a failed worker (:func:`report_and_exit`, :class:`WorkerError`)
 and the stopping (:meth:`Launcher.stop`, :meth:`Launcher.kill`; Ray actors: :func:`sb3_async.runtime.ray_connect.release_ray`).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import select
 import signal
@@ -119,17 +121,6 @@ def main_module_importable(always: bool = False) -> Iterator[None]:
         yield
     finally:
         main.__file__ = main_file
-
-
-def _context(start_method: str, preload: Sequence[str] = ()) -> Any:
-    """The multiprocessing context every sb3_async process starts from (``start_method`` checked here, once);
-    ``preload``: modules the forkserver imports once for all its children."""
-    if start_method not in START_METHODS:
-        raise ValueError(f"Invalid start_method={start_method!r}: expected one of {', '.join(START_METHODS)}")
-    ctx = multiprocessing.get_context(start_method)
-    if start_method == "forkserver" and preload:
-        ctx.set_forkserver_preload(list(preload))
-    return ctx
 
 
 def watch_parent(parent_pid: int, group: bool = False) -> None:
@@ -264,9 +255,13 @@ class Launcher:
     """
 
     def __init__(self, start_method: str = "forkserver", preload: Sequence[str] = ()):
+        if start_method not in START_METHODS:
+            raise ValueError(f"Invalid start_method={start_method!r}: expected one of {', '.join(START_METHODS)}")
         self.start_method = start_method
         #: The multiprocessing context of :meth:`process` (its ``Pipe`` makes the workers' pipes)
-        self.context: Any = _context(start_method, preload)
+        self.context: Any = multiprocessing.get_context(start_method)
+        if start_method == "forkserver" and preload:
+            self.context.set_forkserver_preload(list(preload))
         #: Worker processes started by :meth:`process` and not stopped yet
         self.processes: list[Any] = []
         #: Child interpreters started by :meth:`command` and not killed yet
@@ -298,6 +293,19 @@ class Launcher:
         )
         self.commands.append(process)
         return process
+
+    def forkserver(self) -> None:
+        """Start this program's forkserver now, in the background, if none runs yet (it imports the launcher's
+        ``preload`` once; the workers :meth:`process` starts later fork from it)."""
+        if self.start_method != "forkserver":
+            raise ValueError(f"A forkserver needs start_method='forkserver', not {self.start_method!r}")
+        multiprocessing.forkserver.ensure_running()
+
+    @staticmethod
+    def ray_cluster(ray: Any, **init_kwargs: Any) -> None:
+        """Connect to a Ray cluster, or start a local one (``address="local"``): ``ray.init(**init_kwargs)``, the one
+        place sb3_async starts Ray's processes; :func:`sb3_async.runtime.ray_connect.release_ray` shuts it down."""
+        ray.init(**init_kwargs)
 
     @staticmethod
     def actor(ray: Any, cls: type, name: str, num_cpus: float, *args: Any) -> Any:

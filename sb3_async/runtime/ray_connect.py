@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from sb3_async.runtime.processes import RAY_NAMESPACE
+from sb3_async.runtime.processes import RAY_NAMESPACE, Launcher
 
 RAY_INSTALL_HINT = 'backend="ray" needs Ray: pip install "sb3-async[ray]"'
 NAMESPACE = RAY_NAMESPACE  # our actors' Ray namespace
@@ -64,7 +64,7 @@ def connect_ray(ray: Any, address: str | None, init_kwargs: dict[str, Any] | Non
         kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, math.ceil(num_cpus)))
         kwargs.setdefault("include_dashboard", False)  # nothing listening that runs code (ShadowRay, DESIGN §5)
     kwargs.setdefault("log_to_driver", True)
-    ray.init(**kwargs)
+    Launcher.ray_cluster(ray, **kwargs)
     return True
 
 
