@@ -29,7 +29,7 @@ the task's observation in a Dict, without and with a Text part, and gymnasium's 
 
     python benchmarks/scripts/env_pool_race.py --rounds 6 --seconds 0.5 --tasks CartPole-v1 \
         --engines 'AsyncEnvPool (2 workers), obs in a Dict' 'AsyncEnvPool (2 workers), obs + Text in a Dict' \
-        'gym AsyncVectorEnv, obs + Text in a Dict' --out benchmarks/results/env_pool_spaces
+        'gym AsyncVectorEnv, obs + Text in a Dict'
 """
 
 from __future__ import annotations

@@ -18,10 +18,9 @@ deterministic episodes (60 slot episodes) on a fresh pool, seeded 1000 + seed. E
 Without ``--out`` it prints the table only. With ``--out DIR`` it writes ``DIR/results.json`` (every run's steps,
 seconds and score, the command, the date, the machine, and the ``"table"`` that :func:`table_of` computes from the
 runs) and ``DIR/README.md``; ``python -m sb3_async.benchmark --report DIR --markdown --table script`` prints that
-table, and ``--render DIR`` recomputes it from the runs. The published race (AE-DDPG against TD3)::
+table, and ``--render DIR`` recomputes it from the runs. AE-DDPG against TD3::
 
-    python benchmarks/scripts/pettingzoo_race.py --seeds 0 1 2 --steps 30000 --algos ae_ddpg td3_supersuit \\
-        --out benchmarks/results/pettingzoo_race
+    python benchmarks/scripts/pettingzoo_race.py --seeds 0 1 2 --steps 30000 --algos ae_ddpg td3_supersuit
 
 A3C against PPO at one budget of slot steps::
 
