@@ -20,10 +20,12 @@ if TYPE_CHECKING:
         PrioritizedReplayBufferSamples,
         ReplayStatsCallback,
     )
+    from sb3_async.common.games import GameEvalCallback
     from sb3_async.common.noise import RandomWalkActionNoise
     from sb3_async.common.optimizers import MomentumSGD, SharedRMSprop
     from sb3_async.common.policies import MnihCNN
     from sb3_async.env_pool import AsyncEnvPool
+    from sb3_async.env_pool.turns import TurnBasedGame
     from sb3_async.runtime.processes import WorkerError
 
 with open(os.path.join(os.path.dirname(__file__), "version.txt")) as file_handler:
@@ -39,6 +41,8 @@ _LAZY = {
     "AsyncOneStepQ": "sb3_async.async_q",
     "AsyncSarsa": "sb3_async.async_q",
     "AsyncEnvPool": "sb3_async.env_pool",
+    "GameEvalCallback": "sb3_async.common.games",
+    "TurnBasedGame": "sb3_async.env_pool.turns",
     "EpisodicDualReplayBuffer": "sb3_async.common.buffers",
     "PrioritizedReplayBuffer": "sb3_async.common.buffers",
     "PrioritizedReplayBufferSamples": "sb3_async.common.buffers",
@@ -65,6 +69,7 @@ __all__ = [
     "AsyncOneStepQ",
     "AsyncSarsa",
     "EpisodicDualReplayBuffer",
+    "GameEvalCallback",
     "MnihCNN",
     "MomentumSGD",
     "PrioritizedReplayBuffer",
@@ -72,6 +77,7 @@ __all__ = [
     "RandomWalkActionNoise",
     "ReplayStatsCallback",
     "SharedRMSprop",
+    "TurnBasedGame",
     "WorkerError",
     "__version__",
 ]
