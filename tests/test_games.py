@@ -152,6 +152,10 @@ def test_bad_input_gets_a_clear_error() -> None:
         play_games(None, tictactoe_v3.env, 2, opponent="self")
     with pytest.raises(ValueError, match="against="):
         GameEvalCallback(tictactoe_v3.env, against=("best",))
+    with pytest.raises(ValueError, match="n_games"):
+        play_games(None, tictactoe_v3.env, 0)
+    with pytest.raises(ValueError, match="n_games"):
+        GameEvalCallback(tictactoe_v3.env, n_games=0)
 
 
 @pytest.mark.parametrize("algo", DISCRETE)

@@ -29,6 +29,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from sb3_async.common.masks import masked_argmax, masked_policy
 from sb3_async.env_pool.turns import OPPONENTS, Player, TurnBasedGame
+from sb3_async.validation import check_int
 
 __all__ = [
     "GameEvalCallback",
@@ -210,6 +211,7 @@ def play_games(
         players repeat one game per seat: pass False for varied games
     :param seed: seeds the games and the random player
     """
+    check_int("n_games", n_games)
     player = _as_player(opponent, deterministic)
     first = game()
     seats = list(first.possible_agents)
@@ -258,6 +260,7 @@ class GameEvalCallback(EvalCallback):
         best_model_save_path: str | None = None,
         verbose: int = 1,
     ):
+        check_int("n_games", n_games)
         for name in against:
             if name not in ("random", "previous"):
                 raise ValueError(f"Invalid against={list(against)!r}: each one of 'random', 'previous'")
