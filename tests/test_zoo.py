@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import optuna
 import pytest
 import yaml
@@ -23,7 +24,7 @@ from stable_baselines3.common import atari_wrappers as sb3_atari
 from stable_baselines3.common.callbacks import CheckpointCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
-from sb3_async import A3C, AsyncNStepQ, zoo
+from sb3_async import A3C, AEDDPG, AsyncNStepQ, zoo
 from sb3_async.common.atari_wrappers import MaxAndSkipEnv
 from tests.helpers import zoo_build
 
@@ -457,6 +458,48 @@ def test_async_q_sampler_and_converter() -> None:
     model = AsyncNStepQ("MlpPolicy", "CartPole-v1", n_workers=1, **sampled)
     assert (model.gamma, model.loss, model.target_update_interval) == (pytest.approx(0.99), "huber", 1000)
     assert [m.out_features for m in model.policy.q_net.q_net if hasattr(m, "out_features")] == [64, 2]
+
+
+def test_ae_ddpg_sampler_and_converter() -> None:
+    params = dict(learning_rate=3e-4, tau=0.005, batch_size=96, rho=0.2, updates_per_transition=0.5, learning_starts=1000)
+    sampled = zoo.sample_ae_ddpg_params(optuna.trial.FixedTrial(params), 1, 2, {})
+    assert sampled == zoo.convert_ae_ddpg_params(params)
+    assert ALGOS["ae_ddpg"].sampler is hyperparams_opt.HYPERPARAMS_SAMPLER["ae_ddpg"]  # registered for -optimize
+    model = AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=1, pool_kwargs=dict(n_workers=0), **sampled)
+    assert (model.tau, model.batch_size, model.learning_starts, model.updates_per_transition) == (0.005, 96, 1000, 0.5)
+    assert model.replay_buffer.rho == 0.2 and model.learning_rate == 3e-4
+    model.env.close()
+
+
+def test_trial_seconds_is_each_trials_training_budget(tmp_path: Path) -> None:
+    """``-optimize --trial-seconds 2``: the trial trains for about 2 s of a 10⁸-step budget, then the policy it ends
+    with is evaluated, and that evaluation is the trial's value."""
+    out = run_cli(
+        "sb3_async.train",
+        *("--algo", "a3c", "--env", "CartPole-v1", "-optimize", "--n-trials", "1", "-n", "100000000"),
+        *("--trial-seconds", "2", "--n-evaluations", "1", "--eval-episodes", "2", "--no-optim-plots", "--seed", "0"),
+        *("--optimization-log-path", "trials", "-params", *SMALL),
+        cwd=tmp_path,
+    )
+    assert "Number of finished trials:  1" in out
+    with np.load(tmp_path / "trials" / "trial_0" / "evaluations.npz") as saved:
+        steps, results = saved["timesteps"], saved["results"]
+    assert len(steps) == 1 and 0 < steps[0] < 100_000_000  # one evaluation, where the budget stopped training
+    value = float(out.split("Value:")[1].split()[0])
+    assert value == pytest.approx(results[-1].mean())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-optimize", "--trial-seconds", "0"], "Invalid --trial-seconds='0'"),
+        (["-optimize", "--trial-seconds", "soon"], "Invalid --trial-seconds='soon'"),
+        (["--trial-seconds", "30"], "pass -optimize too"),
+    ],
+)
+def test_bad_trial_seconds(argv: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        zoo.run_zoo("train", ["--algo", "ae_ddpg", "--env", "Pendulum-v1", *argv])
 
 
 @pytest.mark.parametrize("algo", ["async_one_step_q", "async_sarsa", "async_n_step_q"])

@@ -41,8 +41,10 @@ from sb3_async.zoo.samplers import (
     Converter,
     Sampler,
     convert_a3c_params,
+    convert_ae_ddpg_params,
     convert_async_q_params,
     sample_a3c_params,
+    sample_ae_ddpg_params,
     sample_async_q_params,
 )
 
@@ -56,6 +58,7 @@ __all__ = [
     "checkpoint_replay_path",
     "cli_help",
     "convert_a3c_params",
+    "convert_ae_ddpg_params",
     "convert_async_q_params",
     "make_pettingzoo_vec_env",
     "pettingzoo_envs",
@@ -63,6 +66,7 @@ __all__ = [
     "resolve_worker_counts",
     "run_zoo",
     "sample_a3c_params",
+    "sample_ae_ddpg_params",
     "sample_async_q_params",
     "zoo_algorithm",
     "zoo_argv",

@@ -220,7 +220,7 @@ ZOO_ALGORITHMS: tuple[ZooAlgorithm, ...] = (
     ZooAlgorithm("async_n_step_q", AsyncNStepQ, samplers.sample_async_q_params, samplers.convert_async_q_params),
     ZooAlgorithm("apex_dqn", ApeXDQN, worker_names=("n_actors", "n_envs_per_actor")),
     ZooAlgorithm("apex_dpg", ApeXDPG, worker_names=("n_actors", "n_envs_per_actor")),
-    ZooAlgorithm("ae_ddpg", AEDDPG, worker_names=None),
+    ZooAlgorithm("ae_ddpg", AEDDPG, samplers.sample_ae_ddpg_params, samplers.convert_ae_ddpg_params, worker_names=None),
 )
 
 

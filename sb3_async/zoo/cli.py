@@ -17,7 +17,7 @@ from sb3_contrib.common.maskable.utils import get_action_masks
 
 from sb3_async.common.masks import masking_supported
 from sb3_async.zoo.algorithms import CONFIG_DIR, ZOO_ALGORITHMS, register, zoo_algorithm
-from sb3_async.zoo.experiment import ZooExperimentManager
+from sb3_async.zoo.experiment import BudgetedTrialEvalCallback, ZooExperimentManager
 from sb3_async.zoo.multi_agent import make_pettingzoo_vec_env, pettingzoo_envs
 
 
@@ -105,7 +105,9 @@ def cli_help(script: str) -> str:
             "  - n_envs in those files is the total number of envs: n_workers x n_envs_per_worker (override with",
             "    -params n_envs:16 n_workers:2 n_envs_per_worker:8);",
             "  - --vec-env subproc becomes dummy: the workers are separate processes already, each stepping its own envs;",
-            "  - models are saved under logs/<algo>/<env>_<run id>/ (-f/--log-folder changes logs/).",
+            "  - models are saved under logs/<algo>/<env>_<run id>/ (-f/--log-folder changes logs/);",
+            "  - -optimize --trial-seconds S: each trial trains for S seconds (evaluations left out) and its value is",
+            "    the evaluation of the policy it ends with.",
         ]
     else:
         lines += ["  - models are read from logs/ (where train saves them) unless -f/--folder is given."]
@@ -113,22 +115,62 @@ def cli_help(script: str) -> str:
     return "\n".join(lines)
 
 
+def _pop_trial_seconds(argv: Sequence[str]) -> tuple[list[str], float | None]:
+    """``argv`` without ``--trial-seconds S`` (ours, not the zoo's), and ``S`` (None if not given)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--trial-seconds", dest="seconds", default=None)
+    parser.add_argument("-optimize", "--hyperparameter-optimization", dest="optimize", action="store_true")
+    args, _ = parser.parse_known_args(list(argv))
+    if args.seconds is None:
+        return list(argv), None
+    try:
+        seconds = float(args.seconds)
+    except ValueError:
+        raise ValueError(f"Invalid --trial-seconds={args.seconds!r}: expected a number of seconds > 0") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"Invalid --trial-seconds={args.seconds!r}: expected a number of seconds > 0")
+    if not args.optimize:
+        raise ValueError("--trial-seconds is the training budget of each -optimize trial: pass -optimize too")
+    rest: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--trial-seconds":
+            skip = True  # and its value, the next argument
+        elif not arg.startswith("--trial-seconds="):
+            rest.append(arg)
+    return rest, seconds
+
+
 def run_zoo(script: str, argv: Sequence[str] | None = None) -> None:
     """Register our algorithms, then run the zoo's own ``train()``, ``enjoy()`` or ``record_video`` script on
-    ``argv`` (default: ``sys.argv[1:]``) completed by :func:`zoo_argv`."""
+    ``argv`` (default: ``sys.argv[1:]``) completed by :func:`zoo_argv`. ``train -optimize --trial-seconds S`` gives
+    each trial ``S`` seconds of training (:class:`~sb3_async.zoo.experiment.BudgetedTrialEvalCallback`)."""
     register()
     argv = sys.argv[1:] if argv is None else argv
     if "-h" in argv or "--help" in argv:
         print(cli_help(script))
+    trial_seconds = None
+    if script == "train":
+        argv, trial_seconds = _pop_trial_seconds(argv)
     full_argv = zoo_argv(argv, script)
     with _argv(full_argv), pettingzoo_envs(full_argv) as pettingzoo_id:
         if script == "train":
+            import rl_zoo3.exp_manager
             import rl_zoo3.train
 
             # The zoo's train() defines its command line (every flag of the zoo's version) and builds its
             # ExperimentManager in one function, with no parameter for the manager's class: rebinding the name it
             # builds keeps all of its flags without a copy of its parser that would fall behind the zoo's releases.
-            with _rebound(rl_zoo3.train, "ExperimentManager", ZooExperimentManager):
+            # Its objective builds each trial's TrialEvalCallback the same way, with no parameter for a time budget.
+            trial_callback: Any = rl_zoo3.exp_manager.TrialEvalCallback
+            if trial_seconds is not None:
+                trial_callback = functools.partial(BudgetedTrialEvalCallback, train_seconds=trial_seconds)
+            with (
+                _rebound(rl_zoo3.train, "ExperimentManager", ZooExperimentManager),
+                _rebound(rl_zoo3.exp_manager, "TrialEvalCallback", trial_callback),
+            ):
                 rl_zoo3.train.train()
             return
         if pettingzoo_id is None:

@@ -7,8 +7,10 @@ tests) can use either class: for a gymnasium env and a run from scratch both bui
 
 from __future__ import annotations
 
+import time
 from typing import Any, cast
 
+from rl_zoo3.callbacks import TrialEvalCallback
 from rl_zoo3.exp_manager import ExperimentManager
 from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -16,8 +18,46 @@ from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
 from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_async.common.masks import masking_supported
+from sb3_async.validation import check_nonnegative
 from sb3_async.zoo.algorithms import zoo_algorithm
 from sb3_async.zoo.multi_agent import env_agents, make_pettingzoo_vec_env, registered_pettingzoo_id
+
+
+class BudgetedTrialEvalCallback(TrialEvalCallback):
+    """The zoo's evaluation of an Optuna trial, with a training budget in seconds (``--trial-seconds``).
+
+    Training stops once it has run ``train_seconds`` (wall clock from the start of ``learn()``, the time of the
+    evaluations left out); the policy it ends with is evaluated then, and that evaluation is the trial's value (the
+    zoo's objective returns the last evaluation). The periodic evaluations of ``--n-evaluations`` still report to
+    Optuna's pruner. A budget in seconds, not in steps, compares settings that change the speed of training (the
+    updates per transition, the batch size) at what a run of that length gives.
+
+    :param train_seconds: seconds of training, > 0
+    """
+
+    def __init__(self, *args: Any, train_seconds: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.train_seconds = check_nonnegative("--trial-seconds", train_seconds)
+        if self.train_seconds == 0:
+            raise ValueError("Invalid --trial-seconds=0: expected a number of seconds > 0")
+        self._started = 0.0
+        self._evaluating = 0.0  # seconds spent in this callback's evaluations
+
+    def _on_training_start(self) -> None:
+        self._started = time.perf_counter()
+
+    def _on_step(self) -> bool:
+        if time.perf_counter() - self._started - self._evaluating >= self.train_seconds:
+            if self.n_calls % self.eval_freq != 0 or self.eval_freq <= 0:  # not evaluated at this step yet
+                period, self.eval_freq = self.eval_freq, self.n_calls
+                super()._on_step()
+                self.eval_freq = period
+            return False
+        start, evaluations = time.perf_counter(), self.eval_idx
+        go_on = super()._on_step()
+        if self.eval_idx != evaluations:
+            self._evaluating += time.perf_counter() - start
+        return go_on
 
 
 class _ContinuedRun:

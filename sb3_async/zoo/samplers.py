@@ -94,3 +94,37 @@ def sample_async_q_params(trial: optuna.Trial, n_actions: int, n_envs: int, addi
             "net_arch": trial.suggest_categorical("net_arch", ["tiny", "small", "medium"]),
         }
     )
+
+
+def convert_ae_ddpg_params(sampled_params: dict[str, Any]) -> dict[str, Any]:
+    """Optuna's sampled values to AEDDPG constructor arguments (``-optimize``, ``--trial-id``): ``rho``, the
+    probability of sampling from HMemory, goes to the episodic dual replay."""
+    hyperparams = dict(sampled_params)
+    hyperparams["replay_buffer_kwargs"] = dict(rho=hyperparams.pop("rho"))
+    return hyperparams
+
+
+def sample_ae_ddpg_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict[str, Any]) -> dict[str, Any]:
+    """Sampler for AEDDPG, in the zoo's sampler signature: the choices the paper fixes for its long runs and those it
+    leaves open.
+
+    - ``learning_rate`` from LogUniform(3e-5, 3e-3), around the paper's 1e-4 (MuJoCo) and 3e-4 (§V-B);
+    - ``tau`` around the paper's 1e-3 (eq. 4), ``batch_size`` around its 128 and 96;
+    - ``rho``, the probability of a batch from HMemory, in the paper's range [0.05, 0.25] (§V-B, tuned there "according
+      to the number of interaction threads");
+    - ``updates_per_transition`` and ``learning_starts``, which the paper does not give ("balance the speed of data
+      generation and the speed of data utilization", §IV-B).
+
+    The number of envs is the zoo's ``n_envs`` (``-params n_envs:8``; the zoo builds the envs before it samples) and
+    the random-walk noise keeps its default.
+    """
+    return convert_ae_ddpg_params(
+        {
+            "learning_rate": trial.suggest_float("learning_rate", 3e-5, 3e-3, log=True),
+            "tau": trial.suggest_categorical("tau", [0.001, 0.002, 0.005, 0.01, 0.02]),
+            "batch_size": trial.suggest_categorical("batch_size", [64, 96, 128, 256]),
+            "rho": trial.suggest_float("rho", 0.05, 0.25),
+            "updates_per_transition": trial.suggest_categorical("updates_per_transition", [0.25, 0.5, 1.0, 2.0]),
+            "learning_starts": trial.suggest_categorical("learning_starts", [1000, 5000, 10000, 25000]),
+        }
+    )
