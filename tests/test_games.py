@@ -180,7 +180,7 @@ def test_workers_attach_their_policy_to_self_play_games() -> None:
     assert venv.envs[1].unwrapped.player is None
     a3c = sb3_async.A3C("MlpPolicy", strict_tictactoe, n_workers=1, seed=0)
     assert attach_self_play(venv, a3c.policy) == 1
-    assert venv.envs[0].unwrapped.player.epsilon == 0.0  # an actor-critic policy samples its moves
+    assert venv.envs[0].unwrapped.player.epsilon == SELF_PLAY_EPSILON  # its sampled move, or a random one
 
 
 def test_policy_players_never_play_an_illegal_move() -> None:
