@@ -489,6 +489,20 @@ def test_trial_seconds_is_each_trials_training_budget(tmp_path: Path) -> None:
     assert value == pytest.approx(results[-1].mean())
 
 
+def test_a_trial_budget_ends_with_one_evaluation_also_at_a_periodic_one() -> None:
+    """The budget is spent at a step where the periodic evaluation falls too: the policy is evaluated once there,
+    that evaluation is reported to the trial, and training stops."""
+    from sb3_async.zoo.experiment import BudgetedTrialEvalCallback
+
+    model = A3C("MlpPolicy", "CartPole-v1", n_workers=1, backend="serial", seed=0)
+    eval_env = DummyVecEnv([lambda: gym.make("CartPole-v1")])
+    trial = optuna.trial.FixedTrial({})
+    callback = BudgetedTrialEvalCallback(eval_env, trial, n_eval_episodes=1, eval_freq=1, train_seconds=1e-9)
+    model.learn(10_000, callback=callback)
+    assert callback.eval_idx == 1 and callback.n_calls == 1 and model.num_timesteps < 10_000
+    assert callback.eval_freq == 1 and callback.last_mean_reward > 0
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

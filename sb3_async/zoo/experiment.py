@@ -48,9 +48,10 @@ class BudgetedTrialEvalCallback(TrialEvalCallback):
 
     def _on_step(self) -> bool:
         if time.perf_counter() - self._started - self._evaluating >= self.train_seconds:
-            if self.n_calls % self.eval_freq != 0 or self.eval_freq <= 0:  # not evaluated at this step yet
-                period, self.eval_freq = self.eval_freq, self.n_calls
+            period, self.eval_freq = self.eval_freq, self.n_calls  # the parents evaluate when n_calls % eval_freq == 0
+            try:
                 super()._on_step()
+            finally:
                 self.eval_freq = period
             return False
         start, evaluations = time.perf_counter(), self.eval_idx
