@@ -30,9 +30,25 @@ def test_an_update_is_timed_against_the_arithmetic_it_ran() -> None:
     # 2 x batch x in x out per product of the policy's first layer alone: 2 * 40 * 4 * 64
     assert row["flops"] >= 2 * 40 * 4 * 64
     assert row["profile"] and all(0 <= entry["share"] <= 1 for entry in row["profile"])
+    assert row["before_ms"] is None  # no speedup applies to this update
     record = {"learners": {learner.name: row}, "peak_gflops": {"1": 100.0, "2": 190.0}, "args": {"seconds": 0.05}}
     lines = render_script({**record, "table": table_of(record)})
-    assert any(line.startswith("| A3C CartPole-v1 |") for line in lines)
+    assert any(line.startswith("| A3C CartPole-v1 | none | = |") for line in lines)
+
+
+def test_a_speedup_is_timed_against_the_update_without_it() -> None:
+    learner = next(learner for learner in LEARNERS if learner.name == "A3C Pong")
+    row = measure_learner(learner, seconds=0.05)
+    assert row["speedups"] == "backward through the acting passes" and row["before_ms"] > 0
+    # Mnih's network forward on one frame: 2 x (conv1 20*20*16 outputs x 8*8*4, conv2 9*9*32 x 4*4*16, 2592 x 256)
+    forward = 2 * (400 * 16 * 256 + 81 * 32 * 256 + 2592 * 256)
+    # through the acting passes: the 5 frames' backward (about 1.5 forwards) without a forward pass (2.5 with it)
+    assert 5 * forward < row["flops"] < 2 * 5 * forward
+    record = {"learners": {learner.name: row}, "peak_gflops": {"1": 100.0, "2": 190.0}, "args": {"seconds": 0.05}}
+    (line,) = [line for line in render_script({**record, "table": table_of(record)}) if line.startswith("| A3C Pong |")]
+    cells = [cell.strip() for cell in line.strip("|").split("|")]
+    assert cells[1] == row["speedups"] and float(cells[2]) == pytest.approx(row["before_ms"], abs=0.01)
+    assert float(cells[8]) == pytest.approx(row["arithmetic_ms_1"] / row["before_ms"], abs=0.01)
 
 
 def test_the_cli_writes_a_report_the_tables_render(tmp_path: Path) -> None:
