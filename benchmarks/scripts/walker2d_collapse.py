@@ -1,5 +1,5 @@
 """What happens when AE-DDPG's Walker2d-v5 policy collapses: the critic's estimate, the actor's gradient and the
-policy's change, measured at every evaluation of a run with the zoo's entry.
+policy's change, measured at every evaluation of a run with the zoo's entry (zoo_configs/ae_ddpg.yml).
 
 At each evaluation (every ``--eval-interval`` env steps, off the training clock) it records:
 
@@ -32,6 +32,8 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_async import AEDDPG
+from sb3_async.benchmark.run_one import zoo_entry
+from sb3_async.zoo import CONFIG_DIR as ZOO_CONFIGS
 
 
 class Probe(BaseCallback):
@@ -106,28 +108,29 @@ class Probe(BaseCallback):
         )
 
 
+def entry_kwargs(learning_rate: float | None) -> dict[str, Any]:
+    """AEDDPG's arguments from zoo_configs/ae_ddpg.yml's Walker2d-v5 entry (``learning_rate``: instead of its own)."""
+    _, entry = zoo_entry(ZOO_CONFIGS / "ae_ddpg.yml", "Walker2d-v5", None)
+    entry.pop("n_timesteps", None)
+    for key in ("policy_kwargs", "replay_buffer_kwargs"):
+        if isinstance(entry.get(key), str):
+            entry[key] = eval(entry[key], {"dict": dict})  # the zoo's own reading of these strings
+    if learning_rate is not None:
+        entry["learning_rate"] = learning_rate
+    return dict(policy=entry.pop("policy"), env="Walker2d-v5", **entry)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=300.0, help="training-clock budget")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--eval-interval", type=int, default=25_000)
     parser.add_argument("--eval-episodes", type=int, default=5)
-    parser.add_argument("--learning-rate", type=float, default=1e-3, help="the zoo entry's 1e-3 by default")
+    parser.add_argument("--learning-rate", type=float, help="instead of the zoo entry's")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    # zoo_configs/ae_ddpg.yml's Walker2d-v5 entry
-    model = AEDDPG(
-        "MlpPolicy",
-        "Walker2d-v5",
-        n_envs=16,
-        updates_per_transition=0.5,
-        learning_rate=args.learning_rate,
-        tau=0.005,
-        learning_starts=10_000,
-        seed=args.seed,
-        torch_threads=1,
-    )
+    model = AEDDPG(seed=args.seed, torch_threads=1, **entry_kwargs(args.learning_rate))
     probe = Probe(args.eval_interval, args.eval_episodes, args.seconds, model.gamma, args.seed)
     model.learn(10**8, callback=probe)
     record = dict(
