@@ -27,6 +27,7 @@ from sb3_async import (
     WorkerError,
 )
 from sb3_async.ae_ddpg.ae_ddpg import EpisodeCaches, ddpg_targets, rho_for_n_envs, weighted_critic_loss
+from sb3_async.common.dpg import clipped_double_q
 from sb3_async.env_pool import EnvError
 
 # The learner with one torch thread, as the benchmark runs it: on 2 cores its intra-op threads would otherwise spin on
@@ -90,6 +91,12 @@ def test_ddpg_targets_eq_3_by_hand() -> None:
     # y = r + gamma (1 - d) Q'(s', mu'(s')), gamma 0.9: 1 + 9 = 10; -2 (terminal); 0.5 - 3.6 = -3.1
     expected = th.tensor([[10.0], [-2.0], [-3.1]])
     assert th.allclose(ddpg_targets(rewards, dones, next_q, 0.9), expected)
+
+
+def test_clipped_double_q_takes_the_smaller_target_critic_by_hand() -> None:
+    q1, q2 = th.tensor([[1.0], [5.0], [-2.0]]), th.tensor([[3.0], [4.0], [-3.0]])
+    assert th.equal(clipped_double_q([q1, q2]), th.tensor([[1.0], [4.0], [-3.0]]))  # TD3's eq. 10: min(Q1', Q2')
+    assert clipped_double_q([q1]) is q1  # one critic: DDPG's target
 
 
 def test_weighted_critic_loss_by_hand_and_unweighted_is_td3s_mse() -> None:
@@ -217,13 +224,15 @@ def test_predict_is_the_actor_without_noise() -> None:
     model.env.close()
 
 
+@pytest.mark.parametrize("n_critics", [1, 2])
 @pytest.mark.parametrize("buffer_class", [ReplayBuffer, EpisodicDualReplayBuffer])
-def test_train_is_sb3_td3s_update_with_ddpgs_settings(buffer_class: type) -> None:
-    """AEDDPG's own update loop gives the parameters SB3's TD3 ``train()`` gives with one critic, no policy delay and no
-    target smoothing (DDPG), on the same batches."""
+def test_train_is_sb3_td3s_update_with_ddpgs_settings(buffer_class: type, n_critics: int) -> None:
+    """AEDDPG's own update loop gives the parameters SB3's TD3 ``train()`` gives with no policy delay and no target
+    smoothing, on the same batches: DDPG's with one critic, TD3's clipped double Q with two."""
     from stable_baselines3.td3.td3 import TD3
 
-    kwargs = dict(n_envs=2, pool_kwargs=LOCAL, policy_kwargs=SMALL_NET, replay_buffer_class=buffer_class, tau=0.1)
+    net = dict(SMALL_NET, n_critics=n_critics)
+    kwargs = dict(n_envs=2, pool_kwargs=LOCAL, policy_kwargs=net, replay_buffer_class=buffer_class, tau=0.1)
     model = AEDDPG("MlpPolicy", "Pendulum-v1", learning_starts=50, batch_size=32, seed=3, **kwargs)
     model.learn(200)  # fills the replay and trains: Adam's moments are not zero
     reference = AEDDPG("MlpPolicy", "Pendulum-v1", seed=3, **kwargs)

@@ -50,11 +50,14 @@ def dpg_update(
     Critic: ``y = G + discount (1 - d) Q'(s', μ'(s'))`` (:func:`~sb3_async.common.returns.bootstrapped_targets`),
     ``δ = y - Q(s, a)``; with ``weights`` the loss is ``mean(w · loss_scale · δ²)`` and ``|δ|`` comes back as the
     priorities, without them it is ``loss_scale · F.mse_loss(Q, y)`` (TD3's own operation, so that AE-DDPG's update
-    stays bit-identical to SB3's ``TD3.train()``). Actor: ``-mean Q(s, μ(s))``, backpropagated into the actor's
-    parameters only (the critic's weight gradients of that pass would be zeroed by its next step, ~a third of the
-    pass saved), clipped element-wise to ``[-actor_grad_clip, actor_grad_clip]`` when given.
+    stays bit-identical to SB3's ``TD3.train()``). With several critics (``policy_kwargs=dict(n_critics=2)``) it is
+    TD3's clipped double Q (Fujimoto et al. 2018, eq. 10): ``Q'`` is the minimum of the target critics, every critic
+    regresses on ``y`` (their losses summed, as SB3's TD3) and the priorities are the first critic's ``|δ|``. Actor:
+    ``-mean Q(s, μ(s))`` with the first critic, backpropagated into the actor's parameters only (the critic's weight
+    gradients of that pass would be zeroed by its next step, ~a third of the pass saved), clipped element-wise to
+    ``[-actor_grad_clip, actor_grad_clip]`` when given.
 
-    :param policy: the actor-critic (one critic is used: the first)
+    :param policy: the actor-critic (its critics; the actor climbs the first, as TD3's)
     :param observations: ``s``
     :param actions: ``a``, scaled to [-1, 1] as the replay stores them
     :param returns: ``G`` (``r`` for one step); the shape of ``returns`` is that of the targets and TD errors
@@ -67,17 +70,21 @@ def dpg_update(
     :param actor_params: ``list(policy.actor.parameters())``, when the caller has it (a loop of updates lists them once)
     """
     with th.no_grad():
-        next_values = policy.critic_target(next_observations, policy.actor_target(next_observations))[0]
+        next_values = clipped_double_q(policy.critic_target(next_observations, policy.actor_target(next_observations)))
         targets = bootstrapped_targets(returns, dones, next_values.reshape(returns.shape), discount)
-    q_values = policy.critic(observations, actions)[0].reshape(returns.shape)
+    q_values, *other_critics = (q.reshape(returns.shape) for q in policy.critic(observations, actions))
     td_errors: th.Tensor | None = None
     if weights is None:
         critic_loss = F.mse_loss(q_values, targets)
+        for q in other_critics:
+            critic_loss = critic_loss + F.mse_loss(q, targets)
         if loss_scale != 1.0:
             critic_loss = loss_scale * critic_loss
     else:
         td_errors = targets - q_values
         critic_loss = weighted_squared_loss(td_errors, weights, scale=loss_scale)
+        for q in other_critics:
+            critic_loss = critic_loss + weighted_squared_loss(targets - q, weights, scale=loss_scale)
     policy.critic.optimizer.zero_grad()
     critic_loss.backward()
     policy.critic.optimizer.step()
@@ -93,9 +100,17 @@ def dpg_update(
     return DPGStep(float(critic_loss.item()), float(actor_loss.item()), priorities)
 
 
+def clipped_double_q(values: Sequence[th.Tensor]) -> th.Tensor:
+    """The target critics' values of ``(s', μ'(s'))`` as the bootstrap uses them: the one critic's (DDPG), or their
+    element-wise minimum with several (TD3's clipped double Q, Fujimoto et al. 2018, eq. 10), shaped ``(batch, 1)``."""
+    if len(values) == 1:
+        return values[0]
+    return th.min(th.cat(tuple(values), dim=1), dim=1, keepdim=True).values
+
+
 def ddpg_policy_kwargs(policy_kwargs: Any, net_arch: dict[str, list[int]], **defaults: Any) -> dict[str, Any]:
     """A copy of the user's ``policy_kwargs`` completed with an algorithm's defaults: its paper's ``net_arch``, the
-    other ``defaults`` given, one critic (DDPG's; TD3's default is two) and torch's fused Adam
+    other ``defaults`` given, one critic (DDPG's; ``n_critics=2`` gives TD3's clipped double Q) and torch's fused Adam
     (:func:`~sb3_async.common.torch_utils.prefer_fused_adam`). What the user set wins.
 
     :raises TypeError: ``policy_kwargs`` is neither a dict nor None
