@@ -200,7 +200,7 @@ LEARNERS = [
         _ae_ddpg("Pendulum-v1", policy_kwargs=dict(net_arch=dict(pi=[128, 128], qf=[128, 128]))),
         "fused Adam",
     ),
-    Learner("AE-DDPG Walker2d-v5", _ae_ddpg("Walker2d-v5"), "fused Adam"),
+    Learner("AE-DDPG Walker2d-v5", _ae_ddpg("Walker2d-v5", policy_kwargs=dict(n_critics=2)), "fused Adam"),
     Learner(
         "Ape-X DQN CartPole-v1",
         _apex(
