@@ -39,7 +39,9 @@ def test_block_command_is_a_cli_command_on_a_curated_folder(block: published.Blo
     args = build_parser().parse_args(shlex.split(block.command))  # the command a reader can paste
     assert args.markdown and args.report
     for folder in args.report:
-        assert (ROOT / folder / "results.json").is_file(), f"{block.path}:{block.line}: no results.json in {folder}"
+        results = ROOT / folder if folder.suffix == ".json" else ROOT / folder / "results.json"  # or a script's file
+        assert results.parent.parent == ROOT / "benchmarks" / "results", f"{block.path}:{block.line}: {folder} is not curated"
+        assert results.is_file(), f"{block.path}:{block.line}: no {results.name} in {results.parent}"
 
 
 def test_a_hand_edited_figure_fails_the_check() -> None:

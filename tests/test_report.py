@@ -122,6 +122,12 @@ def test_script_table_renders_the_stored_table_and_refuses_bad_ones(
     folder = _write(tmp_path / "some_race", SCRIPT)
     assert main(["--report", str(folder), "--markdown", "--table", "script"]) == 0
     assert capsys.readouterr().out == expected
+    beside = tmp_path / "some_race" / "other_script.json"  # a second script's table in the same folder
+    beside.write_text(json.dumps({**SCRIPT, "table": {**SCRIPT["table"], "title": "Another race"}}))
+    assert main(["--report", str(beside), "--markdown", "--table", "script"]) == 0
+    assert capsys.readouterr().out == expected.replace("A race", "Another race")
+    with pytest.raises(SystemExit):
+        main(["--report", str(beside)])  # results.md and plots are written for a folder only
     with pytest.raises(ValueError, match="No 'table'"):
         tables.render_results([RACE], "script")
     with pytest.raises(ValueError, match="2 cells"):

@@ -16,10 +16,11 @@ Pong at 100k only: 2M frames need about 14 GB), in one process, torch on ``--thr
 - **actors fed**: ``ingest / actor``, the actors one learner keeps at the ratio if each had a core of its own.
 
 Usage: ``python benchmarks/scripts/apex_capacity.py [--seconds 3] [--threads 1] [--out DIR]``; with ``--out`` it writes
-``DIR/results.json`` (raw timings, command, date, machine, and the ``"table"``); ``python -m sb3_async.benchmark
---report DIR --markdown --table script`` prints the table. The published figure::
+``DIR/apex_capacity.json`` (raw timings, command, date, machine, and the ``"table"``); ``python -m sb3_async.benchmark
+--report DIR/apex_capacity.json --markdown --table script`` prints the table. The published figure, beside the
+learners suite's table::
 
-    python benchmarks/scripts/apex_capacity.py --seconds 3 --threads 1 --out benchmarks/results/apex_capacity
+    python benchmarks/scripts/apex_capacity.py --seconds 3 --threads 1 --out benchmarks/results/learners
 """
 
 from __future__ import annotations
@@ -250,7 +251,7 @@ def main() -> None:
     parser.add_argument("--replay-ratio", type=float, default=1.0, help="transitions learned from per transition")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--sizes", nargs="+", type=int, help="replay sizes (default: the task's)")
-    parser.add_argument("--out", type=Path, help="write DIR/results.json")
+    parser.add_argument("--out", type=Path, help="write DIR/apex_capacity.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
@@ -274,7 +275,7 @@ def main() -> None:
     print("\n".join(render_script(record)))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(json.dumps(record, indent=1))
+        (args.out / "apex_capacity.json").write_text(json.dumps(record, indent=1))
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="DIR",
         help="re-render DIR/results.md and plots from DIR/results.json (with --markdown: print a published table; "
-        "several DIRs for --table summary)",
+        "several DIRs for --table summary; a script's DIR/NAME.json for --table script)",
     )
     parser.add_argument(
         "--markdown", action="store_true", help="with --report: print a published table (Markdown) to stdout, write nothing"
@@ -264,6 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report is not None:
         if len(args.report) > 1:
             parser.error("--report renders one folder (several only with --markdown --table summary)")
+        if args.report[0].suffix == ".json":
+            parser.error("--report FILE.json prints a script's table with --markdown; results.md and plots are a folder's")
         try:
             results = load_results(args.report[0])
         except FileNotFoundError as error:

@@ -340,10 +340,13 @@ def write_results(results: dict[str, Any], out_dir: Path) -> Path:
 
 
 def load_results(out_dir: str | Path) -> dict[str, Any]:
-    """The ``results.json`` of a previous invocation."""
-    path = Path(out_dir) / "results.json"
+    """The ``results.json`` of a previous invocation in the folder ``out_dir``, or the file ``out_dir`` itself where it
+    ends in ``.json`` (a measurement script's results stored beside another table's, e.g. ``learners/apex_capacity.json``)."""
+    path = Path(out_dir)
+    if path.suffix != ".json":
+        path = path / "results.json"
     if not path.is_file():
-        raise FileNotFoundError(f"No results.json in {out_dir}: run a suite with --out {out_dir} first")
+        raise FileNotFoundError(f"No results file {path}: run a suite or a script with --out {Path(out_dir)} first")
     return json.loads(path.read_text())
 
 
