@@ -30,4 +30,8 @@ def test_a_model_saved_by_0_1_loads_and_acts_the_same(name):
     model = SAVED[name].load(DATA / f"{name}.zip", device="cpu")
     recorded = np.load(DATA / f"{name}.npz")
     actions, _ = model.predict(recorded["obs"], deterministic=True)
-    np.testing.assert_array_equal(actions, recorded["actions"])
+    if np.issubdtype(recorded["actions"].dtype, np.floating):
+        # the same float32 network: CPUs with other matmul kernels (AVX-512 or not) may round the last bit differently
+        np.testing.assert_allclose(actions, recorded["actions"], rtol=1e-5, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(actions, recorded["actions"])
