@@ -12,7 +12,9 @@ from typing import Any
 import cloudpickle
 import numpy as np
 import pytest
+import torch
 from pettingzoo.classic import connect_four_v3, tictactoe_v3
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import sb3_async
@@ -25,6 +27,8 @@ from sb3_async.common.games import (
     attach_self_play,
     play_games,
 )
+from sb3_async.common.masks import masked_policy
+from sb3_async.common.torch_utils import categorical_logits
 from sb3_async.env_pool import AsyncEnvPool
 from sb3_async.env_pool.turns import TurnBasedGame, is_turn_based
 
@@ -37,6 +41,17 @@ DISCRETE = ("A3C", "AsyncOneStepQ", "AsyncSarsa", "AsyncNStepQ", "ApeXDQN")
 def strict_tictactoe() -> Any:
     """tic-tac-toe whose illegal move raises (PettingZoo's raw env asserts) instead of ending the game with -1."""
     return tictactoe_v3.raw_env()
+
+
+class DropoutFlatten(BaseFeaturesExtractor):
+    """Flattened observations through a dropout layer: a network whose output depends on its training mode."""
+
+    def __init__(self, observation_space: Any):
+        super().__init__(observation_space, int(np.prod(observation_space.shape)))
+        self.layers = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Dropout(0.9))
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.layers(observations)
 
 
 class Script:
@@ -193,6 +208,46 @@ def test_policy_players_never_play_an_illegal_move() -> None:
                 mask = rng.random(9) < 0.3
                 mask[rng.integers(9)] = True
                 assert mask[player(np.zeros((3, 3, 2), np.int8), mask)]
+
+
+def test_a_policy_players_sampled_moves_follow_the_masked_distribution() -> None:
+    model = sb3_async.A3C("MlpPolicy", strict_tictactoe, n_workers=1, seed=0)
+    policy = model.policy
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 2, size=(6, 3, 3, 2)).astype(np.int8)
+    masks = rng.random((6, 9)) < 0.5
+    masks[np.arange(6), rng.integers(9, size=6)] = True
+    obs_tensor, _ = policy.obs_to_tensor(obs)
+    with torch.no_grad(), masked_policy(policy, masks):
+        expected = policy.get_distribution(obs_tensor).distribution.probs
+        features = policy.extract_features(obs_tensor, policy.pi_features_extractor)
+        probs = torch.softmax(categorical_logits(policy, features, masks), dim=-1)
+    torch.testing.assert_close(probs, expected, atol=1e-6, rtol=1e-5)
+    assert (probs[torch.as_tensor(~masks)] == 0).all()
+    torch.manual_seed(0)
+    for deterministic in (True, False):
+        player = PolicyPlayer(policy, deterministic=deterministic)
+        moves = np.array([player(obs[0], masks[0]) for _ in range(3000)])
+        frequencies = np.bincount(moves, minlength=9) / len(moves)
+        if deterministic:
+            assert (moves == int(expected[0].argmax())).all()
+        else:
+            np.testing.assert_allclose(frequencies, expected[0].numpy(), atol=0.03)
+
+
+def test_a_policy_player_acts_in_eval_mode_where_the_mode_matters() -> None:
+    model = sb3_async.A3C(
+        "MlpPolicy", strict_tictactoe, n_workers=1, seed=0, policy_kwargs=dict(features_extractor_class=DropoutFlatten)
+    )
+    policy = model.policy
+    policy.set_training_mode(True)  # dropout on: every forward pass differs
+    obs, mask = np.ones((3, 3, 2), np.int8), np.ones(9, dtype=bool)
+    policy.set_training_mode(False)
+    best = int(policy.predict(obs, deterministic=True)[0])
+    policy.set_training_mode(True)
+    player = PolicyPlayer(policy, deterministic=True)
+    assert [player(obs, mask) for _ in range(20)] == [best] * 20
+    assert policy.training  # its mode is given back
 
 
 def test_play_games_counts_results_per_seat_and_a_saved_model_plays(tmp_path: Any) -> None:

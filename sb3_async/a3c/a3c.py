@@ -188,6 +188,7 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     lstm = LstmCarry(local, cfg.n_envs) if isinstance(local, RecurrentActorCriticPolicy) else None
     # with action masks, every pass goes through the policy's masked categorical (acting, log-probabilities, entropy)
     masked = mask_policy(local) if worker.masks is not None else None
+    categorical = lstm is None and has_categorical_head(local)
     recorded = RecordedActing(local) if masked is None and RecordedActing.supports(local) else None
     box = isinstance(cfg.action_space, spaces.Box)
     low, high = (cfg.action_space.low, cfg.action_space.high) if isinstance(cfg.action_space, spaces.Box) else (None, None)
@@ -208,6 +209,8 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
         if recorded is not None:
             return recorded.act(obs)
         if masked is not None:
+            if categorical:  # the masked logits sampled directly: the same distribution
+                return sample_actions(local, obs, masks=worker.masks)
             with torch.no_grad():
                 return local.get_distribution(to_tensor(obs)).get_actions().numpy()
         return sample_actions(local, obs)

@@ -19,8 +19,8 @@ _CPU = torch.device("cpu")
 
 
 def to_tensor(obs: Any) -> Any:
-    """Observation(s) as CPU tensors (dict observations key by key)."""
-    return obs_as_tensor(obs, _CPU)
+    """Observation(s) as CPU tensors (dict observations key by key; a tensor as it is)."""
+    return obs if isinstance(obs, torch.Tensor) else obs_as_tensor(obs, _CPU)
 
 
 def has_categorical_head(policy: ActorCriticPolicy) -> bool:
@@ -30,21 +30,39 @@ def has_categorical_head(policy: ActorCriticPolicy) -> bool:
     )
 
 
-def sample_categorical(policy: ActorCriticPolicy, features: torch.Tensor) -> np.ndarray:
+#: The logit sb3-contrib's ``MaskableCategorical`` gives an illegal action: its probability is exactly 0.
+ILLEGAL_LOGIT = -1e8
+
+
+def categorical_logits(policy: ActorCriticPolicy, features: torch.Tensor, masks: Any = None) -> torch.Tensor:
+    """The logits of the categorical head of ``policy`` (:func:`has_categorical_head`) on the actor's ``features``;
+    with ``masks`` ``(batch or 1, n_actions)`` (True: legal), the illegal actions' logits are ``MaskableCategorical``'s
+    :data:`ILLEGAL_LOGIT`, so that their softmax is the masked distribution's probabilities."""
+    logits = policy.action_net(policy.mlp_extractor.forward_actor(features))
+    if masks is not None:
+        logits = logits.masked_fill(~torch.as_tensor(masks, dtype=torch.bool), ILLEGAL_LOGIT)
+    return logits
+
+
+def sample_categorical(
+    policy: ActorCriticPolicy, features: torch.Tensor, masks: Any = None, deterministic: bool = False
+) -> np.ndarray:
     """Actions sampled from the categorical head of ``policy`` (:func:`has_categorical_head`) on the actor's
-    ``features``, without gradients: the logits sampled directly, the distribution of
-    ``policy.get_distribution(obs).get_actions()``."""
+    ``features``, without gradients: the (masked, :func:`categorical_logits`) logits sampled directly, the distribution
+    of ``policy.get_distribution(obs).get_actions()``; ``deterministic``: its mode."""
     with torch.no_grad():
-        logits = policy.action_net(policy.mlp_extractor.forward_actor(features))
+        logits = categorical_logits(policy, features, masks)
+        if deterministic:
+            return logits.argmax(dim=-1).numpy()
         return torch.multinomial(torch.softmax(logits, dim=-1), 1).squeeze(1).numpy()
 
 
-def sample_actions(policy: ActorCriticPolicy, obs: Any) -> np.ndarray:
+def sample_actions(policy: ActorCriticPolicy, obs: Any, masks: Any = None, deterministic: bool = False) -> np.ndarray:
     """Sample actions from ``policy`` for a batch of observations, without gradients.
 
     For a ``Discrete`` action space with SB3's categorical head the logits are sampled directly
-    (:func:`sample_categorical`); every other case goes through the policy's distribution, exactly as
-    ``policy.get_distribution(obs).get_actions()``.
+    (:func:`sample_categorical`, legal actions only where ``masks`` are given); every other case goes through the
+    policy's distribution, exactly as ``policy.get_distribution(obs).get_actions(deterministic)``.
     """
     with torch.no_grad():
         obs_tensor = to_tensor(obs)
@@ -52,8 +70,10 @@ def sample_actions(policy: ActorCriticPolicy, obs: Any) -> np.ndarray:
             features = policy.extract_features(obs_tensor, policy.pi_features_extractor)  # type: ignore[arg-type]
             if isinstance(features, tuple):  # separate actor/critic extractors
                 features = features[0]
-            return sample_categorical(policy, features)
-        return policy.get_distribution(obs_tensor).get_actions().numpy()
+            return sample_categorical(policy, features, masks, deterministic)
+        if masks is not None:
+            raise ValueError(f"sample_actions(masks=...) needs a categorical head, not {type(policy).__name__}'s")
+        return policy.get_distribution(obs_tensor).get_actions(deterministic=deterministic).numpy()
 
 
 def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> float:
