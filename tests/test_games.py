@@ -19,13 +19,14 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 import sb3_async
 from sb3_async.common.games import (
-    SELF_PLAY_EPSILON,
+    SELF_PLAY_EPSILONS,
     GameEvalCallback,
     GameResults,
     ModelPlayer,
     PolicyPlayer,
     attach_self_play,
     play_games,
+    self_play_epsilons,
 )
 from sb3_async.common.masks import masked_policy
 from sb3_async.common.torch_utils import categorical_logits
@@ -188,14 +189,25 @@ def test_every_discrete_algorithm_self_plays_without_an_illegal_move(algo: str) 
 def test_workers_attach_their_policy_to_self_play_games() -> None:
     model = sb3_async.AsyncNStepQ("MlpPolicy", strict_tictactoe, n_workers=1, seed=0)
     venv = DummyVecEnv([lambda: TurnBasedGame(strict_tictactoe()), lambda: TurnBasedGame(strict_tictactoe(), "random")])
-    assert attach_self_play(venv, model.policy) == 1  # the "random" game keeps its opponent
+    assert attach_self_play(venv, model.policy, seed=3) == 1  # the "random" game keeps its opponent
     player = venv.envs[0].unwrapped.player
     assert isinstance(player, PolicyPlayer) and player.policy is model.policy
-    assert player.epsilon == SELF_PLAY_EPSILON  # a Q-network's best move, or a random one
+    assert player.epsilon == self_play_epsilons(1, seed=3)[0]  # a lone game: its worker's own draw
     assert venv.envs[1].unwrapped.player is None
     a3c = sb3_async.A3C("MlpPolicy", strict_tictactoe, n_workers=1, seed=0)
-    assert attach_self_play(venv, a3c.policy) == 1
-    assert venv.envs[0].unwrapped.player.epsilon == SELF_PLAY_EPSILON  # its sampled move, or a random one
+    games = DummyVecEnv([lambda: TurnBasedGame(strict_tictactoe())] * 5)
+    assert attach_self_play(games, a3c.policy, seed=3) == 5
+    epsilons = [game.unwrapped.player.epsilon for game in games.envs]
+    assert epsilons == [0.0, 0.25, 0.5, 0.75, 1.0]  # the policy alone ... a random player
+    assert len({id(game.unwrapped.player._rng) for game in games.envs}) == 5
+
+
+def test_self_play_epsilons_spread_over_the_range() -> None:
+    low, high = SELF_PLAY_EPSILONS
+    np.testing.assert_allclose(self_play_epsilons(3), [low, (low + high) / 2, high])
+    draws = [self_play_epsilons(1, seed)[0] for seed in range(50)]
+    assert all(low <= draw <= high for draw in draws) and len(set(draws)) == 50
+    assert self_play_epsilons(1, seed=7)[0] == self_play_epsilons(1, seed=7)[0]
 
 
 def test_policy_players_never_play_an_illegal_move() -> None:
