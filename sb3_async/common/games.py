@@ -64,7 +64,7 @@ class PolicyPlayer:
         self._rng = np.random.default_rng(seed)
         self._q = hasattr(policy, "q_net")
         # an actor-critic policy with SB3's categorical head and no LSTM: its masked logits sampled directly (the
-        # distribution of predict() with the mask, without building it; a move costs a third of predict()'s time)
+        # distribution of predict() with the mask, without building it)
         self._logits = not self._q and getattr(policy, "lstm_actor", None) is None and has_categorical_head(policy)
         # eval mode only changes what dropout and normalization layers do: without them the mode is left alone
         self._modes_matter = any(isinstance(module, _MODE_DEPENDENT) for module in policy.modules())
