@@ -29,7 +29,7 @@ from sb3_async.common.games import (
     self_play_epsilons,
 )
 from sb3_async.common.masks import masked_policy
-from sb3_async.common.torch_utils import categorical_logits
+from sb3_async.common.torch_utils import categorical_logits, sample_actions
 from sb3_async.env_pool import AsyncEnvPool
 from sb3_async.env_pool.turns import TurnBasedGame, is_turn_based
 
@@ -245,6 +245,12 @@ def test_a_policy_players_sampled_moves_follow_the_masked_distribution() -> None
             assert (moves == int(expected[0].argmax())).all()
         else:
             np.testing.assert_allclose(frequencies, expected[0].numpy(), atol=0.03)
+
+
+def test_sampling_with_masks_refuses_a_policy_without_a_categorical_head() -> None:
+    model = sb3_async.A3C("MlpPolicy", "Pendulum-v1", n_workers=1, seed=0)  # a Gaussian head
+    with pytest.raises(ValueError, match="masks"):
+        sample_actions(model.policy, np.zeros((1, 3), np.float32), masks=np.ones((1, 1), dtype=bool))
 
 
 def test_a_policy_player_acts_in_eval_mode_where_the_mode_matters() -> None:
