@@ -3,6 +3,8 @@ the policy's own forward and backward passes."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,7 @@ from stable_baselines3.common.torch_layers import NatureCNN
 from torch.nn import functional as F
 
 from sb3_async.a3c.a3c import RecordedActing
-from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, MnihCNN
+from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, MnihActivations, MnihCNN
 from sb3_async.common.torch_utils import sample_actions
 
 IMAGES = spaces.Box(0, 255, (4, 84, 84), np.uint8)
@@ -104,3 +106,22 @@ def test_backward_recorded_matches_autograd(width):
     net.backward_recorded(activations, weights)
     for want, param in zip(expected, net.parameters(), strict=True):
         torch.testing.assert_close(param.grad, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_segment_buffer_holds_what_the_forward_passes_give(channels_last):
+    """The activations written in place into the segment's buffer are, bit for bit, those of SB3's ``preprocess_obs``
+    and the network's own passes, concatenated; from segment to segment, with the buffer growing and its layout
+    changing."""
+    recorded = RecordedActing(policy())
+    for seed, n_steps in [(0, N_STEPS), (1, 2), (2, N_STEPS + 3)]:
+        obs = segment_obs(seed)[:2] * 4
+        obs = [step if channels_last else np.ascontiguousarray(step) for step in obs[:n_steps]]
+        recorded.start_segment()
+        for step in obs:
+            recorded.act(step)
+        recorded.evaluate_actions(torch.zeros(n_steps * N_ENVS, dtype=torch.long))
+        passes = [recorded.extractor.forward_recorded(torch.as_tensor(step).float() / 255.0)[1] for step in obs]
+        for field in fields(MnihActivations):
+            expected = torch.cat([getattr(activations, field.name) for activations in passes])
+            assert torch.equal(getattr(recorded.segment, field.name), expected), field.name

@@ -1,6 +1,6 @@
 """Training throughput, this checkout against another version of sb3_async (A/B, same machine, same run): stock PPO
-on ``AsyncEnvPool(...).as_vec_env()``, AEDDPG on its own pool, and the worker-process algorithms (A3C, async n-step Q,
-Ape-X DQN) on CartPole-v1; env steps per second with training included (start-up included).
+on ``AsyncEnvPool(...).as_vec_env()``, AEDDPG on its own pool, the worker-process algorithms (A3C, async n-step Q,
+Ape-X DQN) on CartPole-v1, and A3C on Pong; env steps per second with training included (start-up included).
 
 The same user code runs against both versions, each case in a fresh process with that version first on ``PYTHONPATH``
 (the cases use only what both versions have: ``AsyncEnvPool(factories, n_workers=, local_envs=).as_vec_env()`` and
@@ -26,7 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: name -> (algorithm, env id, layout (n_workers, local_envs) or None for the algorithm's own pool, env steps)
+#: name -> (algorithm, env id, layout, env steps); the layout is PPO's pool's (n_workers, local_envs), A3C's on Pong
+#: (n_workers, n_envs_per_worker), None elsewhere (the algorithm's own pool, or 2 workers x 8 envs)
 CASES = {
     "PPO CartPole-v1, 2 workers": ("ppo", "CartPole-v1", (2, 0), 16_384),
     "PPO CartPole-v1, 1 worker + main": ("ppo", "CartPole-v1", (1, 4), 16_384),
@@ -39,6 +40,8 @@ CASES = {
     "A3C CartPole-v1, 2 workers x 8 envs": ("a3c", "CartPole-v1", None, 200_000),
     "AsyncNStepQ CartPole-v1, 2 workers x 8 envs": ("async_n_step_q", "CartPole-v1", None, 200_000),
     "ApeXDQN CartPole-v1, 2 actors": ("apex_dqn", "CartPole-v1", None, 50_000),
+    "A3C Pong, 2 workers x 8 envs": ("a3c", "PongNoFrameskip-v4", (2, 8), 60_000),
+    "A3C Pong, 16 workers x 1 env (the zoo entry)": ("a3c", "PongNoFrameskip-v4", (16, 1), 20_000),
 }
 
 
@@ -87,7 +90,19 @@ def run_case(name: str) -> float:
         from sb3_async import A3C, AsyncNStepQ
 
         algorithm = A3C if algo == "a3c" else AsyncNStepQ
-        model = algorithm("MlpPolicy", env_id, n_workers=2, n_envs_per_worker=8, seed=0)
+        if env_id.startswith("Pong"):  # the zoo entry: the paper's settings on SB3's Atari stack
+            import ale_py
+            import gymnasium as gym
+            from stable_baselines3.common.vec_env import VecFrameStack
+
+            from sb3_async.common.atari_wrappers import make_atari_env
+
+            gym.register_envs(ale_py)
+            n_workers, per_worker = layout
+            venv = VecFrameStack(make_atari_env(env_id, n_envs=1, seed=0), 4)
+            model = A3C("CnnPolicy", venv, n_workers=n_workers, n_envs_per_worker=per_worker, max_grad_norm=40.0, seed=0)
+        else:
+            model = algorithm("MlpPolicy", env_id, n_workers=2, n_envs_per_worker=8, seed=0)
     start = time.perf_counter()
     model.learn(steps)
     rate = model.num_timesteps / (time.perf_counter() - start)

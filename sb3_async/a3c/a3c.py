@@ -11,7 +11,7 @@ from gymnasium import spaces
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy, RecurrentMultiInputActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy, MultiInputActorCriticPolicy
-from stable_baselines3.common.preprocessing import preprocess_obs
+from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from torch.nn import functional as F
 
@@ -131,7 +131,11 @@ class RecordedActing:
     def __init__(self, policy: ActorCriticPolicy):
         self.policy = policy
         self.extractor: MnihCNN = policy.features_extractor  # type: ignore[assignment]
-        self.steps: list[MnihActivations] = []
+        space = policy.observation_space
+        self.normalize = isinstance(space, spaces.Box) and policy.normalize_images and is_image_space(space)
+        self.buffer: MnihActivations | None = None  # the segment's activations, row after row
+        self.layout: tuple[Any, bool] | None = None  # the shape and contiguity of the observations it holds
+        self.rows = 0
         self.segment: MnihActivations | None = None
         self.features: torch.Tensor | None = None
 
@@ -148,22 +152,38 @@ class RecordedActing:
         )
 
     def start_segment(self) -> None:
-        self.steps = []
+        self.rows = 0
+
+    def _next_rows(self, obs: torch.Tensor) -> MnihActivations:
+        """Room for a step's activations after the segment's: the buffer of the segments before, grown (twice over)
+        when a step does not fit or its observations come in another shape or memory layout."""
+        batch, buffer, layout = obs.shape[0], self.buffer, (obs.shape[1:], obs.is_contiguous())
+        if buffer is None or self.rows + batch > len(buffer.observations) or layout != self.layout:
+            grown = MnihActivations.empty(self.extractor, 2 * (self.rows + batch), obs)
+            if buffer is not None and self.rows and layout == self.layout:
+                for name in ("observations", "hidden1", "hidden2", "features"):
+                    getattr(grown, name)[: self.rows] = getattr(buffer, name)[: self.rows]
+            self.buffer, self.layout, buffer = grown, layout, grown
+        self.rows += batch
+        return buffer.rows(self.rows - batch, self.rows)
 
     def act(self, obs: Any) -> np.ndarray:
         """Sample actions for a step's observations, as :func:`~sb3_async.common.torch_utils.sample_actions`, and keep
-        the activations of the forward pass."""
-        policy = self.policy
-        with torch.no_grad():
-            images = preprocess_obs(to_tensor(obs), policy.observation_space, normalize_images=policy.normalize_images)
-            features, activations = self.extractor.forward_recorded(images)  # type: ignore[arg-type]
-        self.steps.append(activations)
-        return sample_categorical(policy, features)
+        the activations of the forward pass (written into the segment's buffer: the values SB3's ``preprocess_obs``
+        and the network's forward pass give, without allocating them)."""
+        observations = to_tensor(obs)
+        rows = self._next_rows(observations)
+        images = rows.observations.copy_(observations)  # preprocess_obs: obs.float() / 255.0, in place
+        if self.normalize:
+            images.div_(255.0)
+        features, _ = self.extractor.forward_recorded(images, into=rows)
+        return sample_categorical(self.policy, features)
 
     def evaluate_actions(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Values, log-probabilities and entropies of the segment's steps (time-major, as the segment), differentiable
         with respect to the heads and to the recorded features (:meth:`backward` takes it from there)."""
-        self.segment = MnihActivations.cat(self.steps)
+        assert self.buffer is not None
+        self.segment = self.buffer.rows(0, self.rows)
         self.features = self.segment.features.detach().requires_grad_()
         latent_pi, latent_vf = self.policy.mlp_extractor(self.features)
         distribution = self.policy._get_action_dist_from_latent(latent_pi)

@@ -60,15 +60,26 @@ class MnihCNN(BaseFeaturesExtractor):
     def _layers(self) -> tuple[nn.Conv2d, nn.Conv2d, nn.Linear]:
         return cast(nn.Conv2d, self.cnn[0]), cast(nn.Conv2d, self.cnn[2]), cast(nn.Linear, self.linear[0])
 
-    def forward_recorded(self, observations: torch.Tensor) -> tuple[torch.Tensor, MnihActivations]:
-        """:meth:`forward` without gradients, keeping what :meth:`backward_recorded` needs of it."""
+    def forward_recorded(
+        self, observations: torch.Tensor, into: MnihActivations | None = None
+    ) -> tuple[torch.Tensor, MnihActivations]:
+        """:meth:`forward` without gradients, keeping what :meth:`backward_recorded` needs of it.
+
+        :param into: where to write the activations (rows of :meth:`MnihActivations.empty`, whose ``observations``
+            are ``observations``): the same values, without allocating them
+        """
         conv1, conv2, linear = self._layers()
         with torch.no_grad():
-            hidden1 = torch.relu(conv1(observations))
-            hidden2 = torch.relu(conv2(hidden1))
-            flat = hidden2.flatten(1)
-            features = torch.relu(linear(flat))
-        return features, MnihActivations(observations, hidden1, hidden2, flat, features)
+            if into is None:
+                hidden1 = torch.relu(conv1(observations))
+                hidden2 = torch.relu(conv2(hidden1))
+                flat = hidden2.flatten(1)
+                features = torch.relu(linear(flat))
+                return features, MnihActivations(observations, hidden1, hidden2, flat, features)
+            torch.clamp_min(conv1(observations), 0, out=into.hidden1)  # ReLU, as torch.relu computes it
+            torch.clamp_min(conv2(into.hidden1), 0, out=into.hidden2)
+            torch.clamp_min(linear(into.flat), 0, out=into.features)
+        return into.features, into
 
     def backward_recorded(self, activations: MnihActivations, grad_features: torch.Tensor) -> None:
         """Backpropagate ``grad_features``, the gradient of a loss with respect to the features of
@@ -126,10 +137,35 @@ class MnihActivations:
     features: torch.Tensor
 
     @staticmethod
-    def cat(batches: list[MnihActivations]) -> MnihActivations:
-        """The activations of several forward passes as those of one pass over their concatenated batches."""
-        names = [field.name for field in fields(MnihActivations)]
-        return MnihActivations(*(torch.cat([getattr(batch, name) for batch in batches]) for name in names))
+    def empty(net: MnihCNN, rows: int, observations: torch.Tensor) -> MnihActivations:
+        """Room for the activations of ``rows`` observations shaped as ``observations`` (one batch), in the memory
+        layout the network's passes give them: the input's (channel-last or not), and the second convolution's
+        output channel-first so that ``flat`` is a view of it."""
+        conv1, conv2, linear = net._layers()
+        shape1 = (rows, conv1.out_channels, *_conv_output_size(conv1, observations.shape[-2:]))
+        shape2 = (rows, conv2.out_channels, *_conv_output_size(conv2, shape1[-2:]))
+        channels_last = observations.dim() == 4 and observations.is_contiguous(memory_format=torch.channels_last)
+        layout = torch.channels_last if channels_last and not observations.is_contiguous() else torch.contiguous_format
+        hidden2 = torch.empty(shape2)
+        return MnihActivations(
+            torch.empty((rows, *observations.shape[1:]), memory_format=layout),
+            torch.empty(shape1, memory_format=layout),
+            hidden2,
+            hidden2.view(rows, -1),
+            torch.empty(rows, linear.out_features),
+        )
+
+    def rows(self, start: int, stop: int) -> MnihActivations:
+        """Rows ``start:stop`` of every activation (views)."""
+        return MnihActivations(*(getattr(self, field.name)[start:stop] for field in fields(MnihActivations)))
+
+
+def _conv_output_size(conv: nn.Conv2d, size: Any) -> tuple[int, int]:
+    """Height and width of ``conv``'s output for an input of spatial ``size`` (torch's formula)."""
+    kernel, stride, dilation = conv.kernel_size, conv.stride, conv.dilation
+    padding = cast(tuple[int, int], conv.padding)
+    height, width = ((size[i] + 2 * padding[i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1 for i in range(2))
+    return height, width
 
 
 class A3CCnnPolicy(ActorCriticCnnPolicy):
