@@ -12,7 +12,7 @@ from gymnasium import spaces
 from stable_baselines3.common.torch_layers import NatureCNN
 from torch.nn import functional as F
 
-from sb3_async.a3c.a3c import RecordedActing
+from sb3_async.a3c.recorded_acting import RecordedActing
 from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, MnihActivations, MnihCNN
 from sb3_async.common.torch_utils import sample_actions
 

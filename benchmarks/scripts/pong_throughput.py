@@ -5,9 +5,11 @@ Env steps per second (agent steps; 4 frames each with the AtariWrapper) while tr
 observations with a faster frame skip, or SB3's with ``--sb3-atari-wrapper``), timed from the first callback (workers
 running, so start-up is left out) for ``--seconds`` seconds. A2C uses the RL Zoo's atari settings (16 envs, RMSpropTFLike).
 A3C runs the paper's layout (16 workers, one env each) and layouts with one worker per core and several envs per
-worker (the ``n_envs_per_worker`` fast path). Learning is not measured here: see the benchmark's ``atari`` suite.
+worker (the ``n_envs_per_worker`` fast path); a layout ending in ``s`` (``2x8s``) gives each env its own update
+(``separate_updates``: the paper's 16 actor-learners on 2 processes). Learning is not measured here: see the
+benchmark's ``atari`` suite.
 
-Usage: python benchmarks/scripts/pong_throughput.py [--seconds 45] [--layouts 16x1,2x1,2x4,2x8]
+Usage: python benchmarks/scripts/pong_throughput.py [--seconds 45] [--layouts 16x1,2x1,2x4,2x8,2x8s]
        python benchmarks/scripts/pong_throughput.py --one 2x8 --seconds 60   # one layout alone, rate as JSON
        python benchmarks/scripts/pong_throughput.py --one 2x8 --sb3-atari-wrapper   # A3C with SB3's AtariWrapper
 """
@@ -63,10 +65,12 @@ def one_run(layout: str, seconds: float, sb3_atari_wrapper: bool = False) -> dic
     else:
         from sb3_async import A3C
 
-        n_workers, per_worker = (int(part) for part in layout.split("x"))
+        separate = layout.endswith("s")  # one update per env: n_workers x n_envs_per_worker actor-learners
+        n_workers, per_worker = (int(part) for part in layout.rstrip("s").split("x"))
         make_atari_env = env_util.make_atari_env if sb3_atari_wrapper else atari_wrappers.make_atari_env
         env = VecFrameStack(make_atari_env(ENV_ID, n_envs=1, seed=0), 4)
-        model = A3C("CnnPolicy", env, n_workers=n_workers, n_envs_per_worker=per_worker, max_grad_norm=40.0, seed=0)
+        kwargs = dict(separate_updates=True) if separate else {}
+        model = A3C("CnnPolicy", env, n_workers=n_workers, n_envs_per_worker=per_worker, max_grad_norm=40.0, seed=0, **kwargs)
     callback = Throughput(seconds)
     model.learn(100_000_000, callback=callback)
     wrapper = "sb3" if sb3_atari_wrapper or layout == "a2c" else "sb3_async"
@@ -76,7 +80,11 @@ def one_run(layout: str, seconds: float, sb3_atari_wrapper: bool = False) -> dic
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=45.0)
-    parser.add_argument("--layouts", default="16x1,2x1,2x4,2x8", help="A3C layouts, n_workers x n_envs_per_worker")
+    parser.add_argument(
+        "--layouts",
+        default="16x1,2x1,2x4,2x8,2x8s",
+        help="A3C layouts, n_workers x n_envs_per_worker, and s for separate_updates",
+    )
     parser.add_argument("--one", metavar="LAYOUT", help="only this layout (or a2c), in this process; prints its rate as JSON")
     parser.add_argument("--sb3-atari-wrapper", action="store_true", help="A3C with SB3's AtariWrapper, not sb3_async's")
     args = parser.parse_args()
@@ -89,7 +97,8 @@ def main() -> None:
         command += ["--sb3-atari-wrapper"] if args.sb3_atari_wrapper else []
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         rates[layout] = json.loads(out.strip().splitlines()[-1])["steps_per_second"]
-        name = "SB3 A2C, 16 envs" if layout == "a2c" else f"A3C, {layout.replace('x', ' workers x ')} envs"
+        name = "SB3 A2C, 16 envs" if layout == "a2c" else f"A3C, {layout.replace('x', ' workers x ').rstrip('s')} envs"
+        name += ", one update per env" if layout.endswith("s") else ""
         print(f"{name}: {rates[layout]:,.0f} env steps/s ({rates[layout] / rates['a2c']:.2f}x A2C)", flush=True)
 
 

@@ -11,10 +11,10 @@ from gymnasium import spaces
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy, RecurrentMultiInputActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy, MultiInputActorCriticPolicy
-from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from torch.nn import functional as F
 
+from sb3_async.a3c.recorded_acting import RecordedActing
 from sb3_async.common.hogwild import (
     HOGWILD_ENTRIES,
     HogwildAlgorithm,
@@ -25,10 +25,10 @@ from sb3_async.common.hogwild import (
     tensor_obs,
 )
 from sb3_async.common.masks import mask_policy, masked_policy, predict_masks
-from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, MnihActivations, MnihCNN, SoftplusGaussianPolicy
+from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, SoftplusGaussianPolicy
 from sb3_async.common.returns import gae_advantages, nstep_returns
 from sb3_async.common.runtime import WorkerContext, WorkerSpec
-from sb3_async.common.torch_utils import has_categorical_head, sample_actions, sample_categorical, to_tensor
+from sb3_async.common.torch_utils import has_categorical_head, sample_actions, to_tensor
 from sb3_async.validation import check_float, check_int
 
 SelfA3C = TypeVar("SelfA3C", bound="A3C")
@@ -42,6 +42,7 @@ class _A3CWorkerConfig(HogwildWorkerConfig):
     gae_lambda: float
     use_sde: bool
     sde_sample_freq: int
+    separate_updates: bool
 
 
 def _env_major(batch: Any, n_envs: int) -> Any:
@@ -115,90 +116,35 @@ class LstmCarry:
         )
 
 
-class RecordedActing:
-    """A segment's acting passes serve its update: θ' is fixed over a segment (synchronized before its first step), so
-    the features the loss needs of the segment's observations are those of the forward passes that chose its actions.
-
-    For a policy on the paper's network (:class:`~sb3_async.common.policies.MnihCNN`, shared by the policy and value
-    heads, a categorical head) a worker keeps the activations of those passes and backpropagates through them
-    (:meth:`~sb3_async.common.policies.MnihCNN.backward_recorded`) instead of running the segment's observations
-    through the network again: the same gradient, from autograd's own kernels, without the update's forward pass
-    (on Pong, 8 envs and 5 steps per update: about 30 % fewer multiply-adds per update).
-
-    :param policy: the worker's policy θ'
-    """
-
-    def __init__(self, policy: ActorCriticPolicy):
-        self.policy = policy
-        self.extractor: MnihCNN = policy.features_extractor  # type: ignore[assignment]
-        space = policy.observation_space
-        self.normalize = isinstance(space, spaces.Box) and policy.normalize_images and is_image_space(space)
-        self.buffer: MnihActivations | None = None  # the segment's activations, row after row
-        self.layout: tuple[Any, bool] | None = None  # the shape and contiguity of the observations it holds
-        self.rows = 0
-        self.segment: MnihActivations | None = None
-        self.features: torch.Tensor | None = None
-
-    @staticmethod
-    def supports(policy: BasePolicy) -> bool:
-        """Whether ``policy`` has the network and heads this class knows how to backpropagate through."""
-        return (
-            isinstance(policy, ActorCriticPolicy)
-            and not isinstance(policy, RecurrentActorCriticPolicy)
-            and policy.share_features_extractor
-            and type(policy.features_extractor) is MnihCNN
-            and has_categorical_head(policy)
-            and not policy.use_sde
-        )
-
-    def start_segment(self) -> None:
-        self.rows = 0
-
-    def _next_rows(self, obs: torch.Tensor) -> MnihActivations:
-        """Room for a step's activations after the segment's: the buffer of the segments before, grown (twice over)
-        when a step does not fit or its observations come in another shape or memory layout."""
-        batch, buffer, layout = obs.shape[0], self.buffer, (obs.shape[1:], obs.is_contiguous())
-        if buffer is None or self.rows + batch > len(buffer.observations) or layout != self.layout:
-            grown = MnihActivations.empty(self.extractor, 2 * (self.rows + batch), obs)
-            if buffer is not None and self.rows and layout == self.layout:
-                for name in ("observations", "hidden1", "hidden2", "features"):
-                    getattr(grown, name)[: self.rows] = getattr(buffer, name)[: self.rows]
-            self.buffer, self.layout, buffer = grown, layout, grown
-        self.rows += batch
-        return buffer.rows(self.rows - batch, self.rows)
-
-    def act(self, obs: Any) -> np.ndarray:
-        """Sample actions for a step's observations, as :func:`~sb3_async.common.torch_utils.sample_actions`, and keep
-        the activations of the forward pass (written into the segment's buffer: the values SB3's ``preprocess_obs``
-        and the network's forward pass give, without allocating them)."""
-        observations = to_tensor(obs)
-        rows = self._next_rows(observations)
-        images = rows.observations.copy_(observations)  # preprocess_obs: obs.float() / 255.0, in place
-        if self.normalize:
-            images.div_(255.0)
-        features, _ = self.extractor.forward_recorded(images, into=rows)
-        return sample_categorical(self.policy, features)
-
-    def evaluate_actions(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Values, log-probabilities and entropies of the segment's steps (time-major, as the segment), differentiable
-        with respect to the heads and to the recorded features (:meth:`backward` takes it from there)."""
-        assert self.buffer is not None
-        self.segment = self.buffer.rows(0, self.rows)
-        self.features = self.segment.features.detach().requires_grad_()
-        latent_pi, latent_vf = self.policy.mlp_extractor(self.features)
-        distribution = self.policy._get_action_dist_from_latent(latent_pi)
-        return self.policy.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy()
-
-    def backward(self) -> None:
-        """After the loss's backward pass: the network's gradient from the features' (``HogwildWorker.apply_gradients``'s
-        ``after_backward``)."""
-        assert self.segment is not None and self.features is not None and self.features.grad is not None
-        self.extractor.backward_recorded(self.segment, self.features.grad)
-        self.segment = self.features = None
-
-
 def _as_float(flags: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(flags, dtype=torch.float32)
+
+
+def _a3c_loss(
+    cfg: _A3CWorkerConfig,
+    segment: Segment,
+    values: torch.Tensor,
+    log_prob: torch.Tensor,
+    entropy: torch.Tensor | None,
+    last_values: np.ndarray,
+) -> dict[str, torch.Tensor]:
+    """Supp. Algorithm S3's loss of one actor-learner's segment (time-major ``values``, ``log_prob``, ``entropy``;
+    ``last_values``: V(s_t; θ'_v) after it, 0 for a terminal s_t via the dones), with its parts."""
+    rewards, dones = np.stack(segment.rewards), np.stack(segment.dones)
+    if cfg.gae_lambda == 1.0:  # the paper's n-step returns, exactly
+        returns = torch.as_tensor(nstep_returns(rewards, dones, last_values, cfg.gamma)).flatten()
+        advantages = returns - values.detach()
+    else:
+        segment_values = values.detach().numpy().reshape(rewards.shape)
+        gae, gae_returns = gae_advantages(rewards, segment_values, dones, last_values, cfg.gamma, cfg.gae_lambda)
+        advantages, returns = torch.as_tensor(gae).flatten(), torch.as_tensor(gae_returns).flatten()
+    if cfg.normalize_advantage and advantages.numel() > 1:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    policy_loss = -(advantages * log_prob).mean()  # ∇ log π(a_i|s_i; θ') (R - V(s_i; θ'_v))
+    value_loss = F.mse_loss(values, returns)  # ∂(R - V(s_i; θ'_v))² / ∂θ'_v
+    entropy_loss = -entropy.mean() if entropy is not None else log_prob.mean()
+    loss = policy_loss + cfg.ent_coef * entropy_loss + cfg.vf_coef * value_loss
+    return dict(loss=loss, policy_loss=policy_loss, value_loss=value_loss, entropy_loss=entropy_loss)
 
 
 def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
@@ -213,6 +159,10 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     box = isinstance(cfg.action_space, spaces.Box)
     low, high = (cfg.action_space.low, cfg.action_space.high) if isinstance(cfg.action_space, spaces.Box) else (None, None)
     discrete = isinstance(cfg.action_space, spaces.Discrete)
+    # the actor-learners of the worker: all its envs together, or each env alone (separate_updates)
+    all_envs = np.arange(cfg.n_envs)
+    lanes = [all_envs[i : i + 1] for i in all_envs] if cfg.separate_updates else [all_envs]
+    steps = np.arange(cfg.n_steps) * cfg.n_envs  # each step's first row in a time-major batch
 
     steps_since_noise = 0
 
@@ -254,7 +204,6 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
         if recorded is not None:
             recorded.start_segment()
         segment = worker.collect(act, terminal_value, env_action)
-        all_envs = np.arange(cfg.n_envs)
         if lstm is not None:  # V(s_t; θ'_v), or 0 for a terminal s_t (via dones)
             last_values = lstm.values(segment.next_obs, all_envs, worker.episode_starts)
         else:
@@ -262,35 +211,26 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
         batch_actions = torch.as_tensor(stack_steps(segment.actions))
         if discrete:
             batch_actions = batch_actions.long().flatten()
-        if masked is not None:  # the segment's masks, in the order of the batch the policy evaluates
+        if masked is not None:  # the segment's masks, time-major as the batch
             segment_masks = torch.as_tensor(stack_steps(segment.masks))
-            masked.masks = _env_major(segment_masks, cfg.n_envs) if lstm is not None else segment_masks
-        if lstm is not None:
-            values, log_prob, entropy = lstm.replay(segment, batch_actions, start_states, start_episode_starts)
-        elif recorded is not None:
-            values, log_prob, entropy = recorded.evaluate_actions(batch_actions)
-        else:
-            values, log_prob, entropy = local.evaluate_actions(tensor_obs(segment.obs), batch_actions)
-        values = values.flatten()
-        rewards, dones = np.stack(segment.rewards), np.stack(segment.dones)
-        if cfg.gae_lambda == 1.0:  # the paper's n-step returns, exactly
-            returns = torch.as_tensor(nstep_returns(rewards, dones, last_values, cfg.gamma)).flatten()
-            advantages = returns - values.detach()
-        else:
-            segment_values = values.detach().numpy().reshape(rewards.shape)
-            gae, gae_returns = gae_advantages(rewards, segment_values, dones, last_values, cfg.gamma, cfg.gae_lambda)
-            advantages, returns = torch.as_tensor(gae).flatten(), torch.as_tensor(gae_returns).flatten()
-        if cfg.normalize_advantage and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        policy_loss = -(advantages * log_prob).mean()  # ∇ log π(a_i|s_i; θ') (R - V(s_i; θ'_v))
-        value_loss = F.mse_loss(values, returns)  # ∂(R - V(s_i; θ'_v))² / ∂θ'_v
-        entropy_loss = -entropy.mean() if entropy is not None else log_prob.mean()
-        loss = policy_loss + cfg.ent_coef * entropy_loss + cfg.vf_coef * value_loss
-        # asynchronous update of θ using dθ, without locks
-        worker.apply_gradients(loss, len(segment), recorded.backward if recorded is not None else None)
-        worker.reporter.record_train(
-            policy_loss=policy_loss.item(), value_loss=value_loss.item(), entropy_loss=entropy_loss.item()
-        )
+        for envs in lanes:  # asynchronous update of θ using dθ, without locks: each actor-learner's in turn
+            rows = None if len(envs) == cfg.n_envs else torch.as_tensor((steps[: len(segment), None] + envs).flatten())
+            part = segment if rows is None else segment.select(envs)
+            actions = batch_actions if rows is None else batch_actions[rows]
+            if masked is not None:  # in the order of the batch the policy evaluates
+                part_masks = segment_masks if rows is None else segment_masks[rows]
+                masked.masks = _env_major(part_masks, len(envs)) if lstm is not None else part_masks
+            if lstm is not None:
+                states = RNNStates(*(tuple(state[:, envs] for state in pair) for pair in start_states))
+                values, log_prob, entropy = lstm.replay(part, actions, states, start_episode_starts[envs])
+            elif recorded is not None:
+                values, log_prob, entropy = recorded.evaluate_actions(actions, rows)
+            else:
+                values, log_prob, entropy = local.evaluate_actions(tensor_obs(part.obs), actions)
+            losses = _a3c_loss(cfg, part, values.flatten(), log_prob, entropy, last_values[envs])
+            after_backward = recorded.backward if recorded is not None else None
+            worker.apply_gradients(losses.pop("loss"), len(part), after_backward, n_envs=len(envs))
+            worker.reporter.record_train(**{name: loss.item() for name, loss in losses.items()})
         worker.reporter.maybe_flush(worker.obs)
     worker.close()
 
@@ -322,6 +262,12 @@ class A3C(HogwildAlgorithm):
     :param max_grad_norm: gradient-norm clipping of each worker's gradient (None: off); 0.5 as SB3's A2C
     :param n_workers: actor-learner processes; default the CPU count (the paper: 16 threads)
     :param n_envs_per_worker: envs per worker stepped together, one batched forward pass per step (1 in the paper)
+    :param separate_updates: each env of a worker is an actor-learner of its own: one update per env and segment,
+        from that env's steps alone, applied in turn (each a gradient at the θ' of the worker's forward passes, as
+        the paper's actor-learners apply gradients at their own snapshot), so that ``n_workers`` processes run the
+        paper's ``n_workers * n_envs_per_worker`` actor-learners. False (default): one update for all the worker's
+        envs. On few cores, ``n_workers=2, n_envs_per_worker=8, separate_updates=True`` runs the paper's 16
+        actor-learners without 16 processes competing for the cores
     :param normalize_advantage: normalize advantages per update (not in the paper)
     :param use_sde: generalized State-Dependent Exploration (gSDE, Raffin et al. 2021) instead of action noise, as
         SB3's A2C (``MlpPolicy`` on a ``Box`` action space; not in the paper); off by default
@@ -372,6 +318,7 @@ class A3C(HogwildAlgorithm):
         max_grad_norm: float | None = 0.5,
         n_workers: int | None = None,
         n_envs_per_worker: int = 1,
+        separate_updates: bool = False,
         normalize_advantage: bool = False,
         gae_lambda: float = 1.0,
         use_sde: bool = False,
@@ -398,8 +345,10 @@ class A3C(HogwildAlgorithm):
         self.vf_coef = check_float("vf_coef", vf_coef)
         self.normalize_advantage = bool(normalize_advantage)
         self.gae_lambda = check_float("gae_lambda", gae_lambda, 0.0, 1.0)
-        if not isinstance(use_sde, (bool, np.bool_)):
-            raise TypeError(f"Invalid use_sde={use_sde!r}: expected a bool")
+        for name, flag in (("use_sde", use_sde), ("separate_updates", separate_updates)):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise TypeError(f"Invalid {name}={flag!r}: expected a bool")
+        self.separate_updates = bool(separate_updates)
         sde_sample_freq = check_int("sde_sample_freq", sde_sample_freq, minimum=-1)
         if use_sde:  # SB3's OnPolicyAlgorithm passes it to the policy the same way
             policy_kwargs = {**(policy_kwargs or {}), "use_sde": True}
@@ -463,6 +412,7 @@ class A3C(HogwildAlgorithm):
             gae_lambda=self.gae_lambda,
             use_sde=self.use_sde,
             sde_sample_freq=self.sde_sample_freq,
+            separate_updates=self.separate_updates,
         )
         return [
             WorkerSpec(_a3c_worker, cfg, self._hogwild_shared(), name=f"a3c-{rank}", **HOGWILD_ENTRIES)

@@ -84,6 +84,22 @@ class Segment:
     def __len__(self) -> int:
         return len(self.obs)
 
+    def select(self, envs: np.ndarray) -> Segment:
+        """The steps of the envs ``envs`` alone (in that order)."""
+
+        def pick(batch: Any) -> Any:
+            return {key: value[envs] for key, value in batch.items()} if isinstance(batch, dict) else batch[envs]
+
+        return Segment(
+            [pick(obs) for obs in self.obs],
+            [actions[envs] for actions in self.actions],
+            [rewards[envs] for rewards in self.rewards],
+            [dones[envs] for dones in self.dones],
+            pick(self.next_obs),
+            [masks[envs] for masks in self.masks],
+            None if self.next_masks is None else self.next_masks[envs],
+        )
+
 
 class HogwildWorker:
     """Worker-side machinery of one actor-learner: env copies, θ', optimizer, statistics.
@@ -179,12 +195,20 @@ class HogwildWorker:
         segment.next_obs, segment.next_masks = self.obs, self.masks
         return segment
 
-    def apply_gradients(self, loss: torch.Tensor, n_steps: int, after_backward: Callable[[], None] | None = None) -> int:
+    def apply_gradients(
+        self,
+        loss: torch.Tensor,
+        n_steps: int,
+        after_backward: Callable[[], None] | None = None,
+        n_envs: int | None = None,
+    ) -> int:
         """Backpropagate ``loss`` into θ', clip, apply dθ to θ without locks; count the steps and the update, report
         its policy lag (shared updates since :meth:`synchronize`). Returns the global T.
 
+        :param n_steps: the steps of each env the loss learns from
         :param after_backward: completes the gradients after ``loss.backward()`` (the part of θ' the loss's graph
             does not reach, backpropagated by hand)
+        :param n_envs: the envs the loss learns from (default: every env of the worker)
         """
         for param in self.local_params:
             param.grad = None
@@ -199,7 +223,7 @@ class HogwildWorker:
         self._own_updates += 1
         self.update_counts[self.ctx.rank] = self._own_updates  # counted once applied
         self.reporter.record_update(lag)
-        return self.ctx.add_steps(n_steps * self.cfg.n_envs)
+        return self.ctx.add_steps(n_steps * (self.cfg.n_envs if n_envs is None else n_envs))
 
     def close(self) -> None:
         self.reporter.maybe_flush(self.obs, force=True)

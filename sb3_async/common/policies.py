@@ -159,6 +159,17 @@ class MnihActivations:
         """Rows ``start:stop`` of every activation (views)."""
         return MnihActivations(*(getattr(self, field.name)[start:stop] for field in fields(MnihActivations)))
 
+    def select(self, rows: torch.Tensor) -> MnihActivations:
+        """The rows ``rows`` of every activation (copies; ``flat`` a view of ``hidden2``, as in :meth:`empty`)."""
+        hidden2 = self.hidden2.index_select(0, rows)
+        return MnihActivations(
+            self.observations.index_select(0, rows),
+            self.hidden1.index_select(0, rows),
+            hidden2,
+            hidden2.view(len(rows), -1),
+            self.features.index_select(0, rows),
+        )
+
 
 def _conv_output_size(conv: nn.Conv2d, size: Any) -> tuple[int, int]:
     """Height and width of ``conv``'s output for an input of spatial ``size`` (torch's formula)."""
