@@ -148,7 +148,8 @@ def _a3c_loss(
 
 
 def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
-    """One actor-learner of supp. Algorithm S3; ``n_envs`` envs stepped in lockstep share each update."""
+    """One actor-learner of supp. Algorithm S3; ``n_envs`` envs stepped in lockstep share each update, or with
+    ``separate_updates`` are actor-learners of their own: one update per env, from its steps, at the worker's θ'."""
     worker = HogwildWorker(ctx, cfg)
     local = worker.policy  # θ'
     lstm = LstmCarry(local, cfg.n_envs) if isinstance(local, RecurrentActorCriticPolicy) else None
