@@ -61,9 +61,11 @@ class RecordedActing:
         batch, buffer, layout = obs.shape[0], self.buffer, (obs.shape[1:], obs.is_contiguous())
         if buffer is None or self.rows + batch > len(buffer.observations) or layout != self.layout:
             grown = MnihActivations.empty(self.extractor, 2 * (self.rows + batch), obs)
-            if buffer is not None and self.rows and layout == self.layout:
+            if buffer is not None and self.rows:  # the segment's earlier steps move along (copy_ takes any layout)
+                if obs.shape[1:] != buffer.observations.shape[1:]:
+                    raise ValueError(f"Observations of shape {tuple(obs.shape[1:])} within a segment of another shape")
                 for name in ("observations", "hidden1", "hidden2", "features"):
-                    getattr(grown, name)[: self.rows] = getattr(buffer, name)[: self.rows]
+                    getattr(grown, name)[: self.rows].copy_(getattr(buffer, name)[: self.rows])
             self.buffer, self.layout, buffer = grown, layout, grown
         self.rows += batch
         return buffer.rows(self.rows - batch, self.rows)
