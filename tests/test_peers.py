@@ -25,7 +25,7 @@ from sb3_async.benchmark import registry, report, suites
 from sb3_async.benchmark.__main__ import main, parse_peer_pythons
 from sb3_async.benchmark.peers.fixed_policy import cartpole_controller
 from sb3_async.benchmark.peers.protocol import PeerRun, StopRun
-from sb3_async.benchmark.runner import Progress, execute, run_command
+from sb3_async.benchmark.runner import Progress, execute, machine_info, run_command, suite_info
 from sb3_async.benchmark.stats import group_stats, ratio_rows
 
 REPO = Path(__file__).resolve().parent.parent
@@ -310,6 +310,23 @@ def test_peers_run_under_their_own_python_and_pair_with_ours(
     ]  # fmt: skip
     (row,) = ratio_rows(group_stats(records), {"a3c": list(registry.peers_of("a3c"))})
     assert (row.ours.algo, row.peer.algo, row.seconds_ratio) == ("a3c", "fixed_policy", 0.25)
+
+
+def test_a_race_evaluates_each_side_at_its_own_interval(fixed_policy: Any) -> None:
+    """A suite's ``eval_intervals`` give an algorithm its own spacing (a peer stepping an order slower), recorded per
+    run as merged parts record theirs; ``--eval-interval`` sets one spacing for all."""
+    race = suites.Suite("race", "two rates", "race", ("CartPole-v1",), eval_intervals={"fixed_policy": 2000})
+    runs = suites.plan_runs(race, algos=["a3c", "fixed_policy"], seeds=2, pythons={"peers": sys.executable})
+    assert [(run.algo, run.eval_interval) for run in runs] == [("a3c", 10_000), ("fixed_policy", 2000)] * 2
+    info = suite_info(race, runs)
+    assert info["eval_interval"] is None and info["per_run"] == {"eval_interval": [2000, 10_000]}
+    assert "every 2,000 env steps or 10,000 env steps (per run" in report.render_markdown(
+        dict(suite=info, runs=[], machine=machine_info(), wall_seconds=1.0, created="now", command=["x"])
+    )
+    alone = suite_info(race, runs[:1])  # one interval: the suite's field, as before
+    assert alone["eval_interval"] == 10_000 and "per_run" not in alone
+    pong = suites.get_suite("pong")
+    assert (pong.eval_interval, dict(pong.eval_intervals)) == (250_000, {"sf_appo": 25_000})
 
 
 def test_the_repository_peers_join_with_peers_from_only(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,8 +6,10 @@ observations with a faster frame skip, or SB3's with ``--sb3-atari-wrapper``), t
 running, so start-up is left out) for ``--seconds`` seconds. A2C uses the RL Zoo's atari settings (16 envs, RMSpropTFLike).
 A3C runs the paper's layout (16 workers, one env each) and layouts with one worker per core and several envs per
 worker (the ``n_envs_per_worker`` fast path); a layout ending in ``s`` (``2x8s``) gives each env its own update
-(``separate_updates``: the paper's 16 actor-learners on 2 processes). Learning is not measured here: see the
-benchmark's ``atari`` suite.
+(``separate_updates``: the paper's 16 actor-learners on 2 processes). For A3C it also reports the mean policy lag of
+the updates in the timed window (``async/policy_lag_mean``: shared updates between a gradient's θ' = θ and its
+application), which tells how stale each layout's gradients are. Learning is not measured here: see the benchmark's
+``atari`` suite.
 
 Usage: python benchmarks/scripts/pong_throughput.py [--seconds 45] [--layouts 16x1,2x1,2x4,2x8,2x8s]
        python benchmarks/scripts/pong_throughput.py --one 2x8 --seconds 60   # one layout alone, rate as JSON
@@ -17,12 +19,16 @@ Usage: python benchmarks/scripts/pong_throughput.py [--seconds 45] [--layouts 16
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import time
 
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import configure
 
 ENV_ID = "PongNoFrameskip-v4"
 
@@ -72,9 +78,18 @@ def one_run(layout: str, seconds: float, sb3_atari_wrapper: bool = False) -> dic
         kwargs = dict(separate_updates=True) if separate else {}
         model = A3C("CnnPolicy", env, n_workers=n_workers, n_envs_per_worker=per_worker, max_grad_norm=40.0, seed=0, **kwargs)
     callback = Throughput(seconds)
-    model.learn(100_000_000, callback=callback)
+    with tempfile.TemporaryDirectory() as logs:
+        model.set_logger(configure(logs, ["csv"]))
+        model.learn(100_000_000, callback=callback, log_interval=10)
+        model.logger.close()
+        with open(os.path.join(logs, "progress.csv")) as file:
+            rows = list(csv.DictReader(file))
     wrapper = "sb3" if sb3_atari_wrapper or layout == "a2c" else "sb3_async"
-    return dict(layout=layout, atari_wrapper=wrapper, steps_per_second=callback.steps_per_second())
+    result = dict(layout=layout, atari_wrapper=wrapper, steps_per_second=callback.steps_per_second())
+    lags = [float(row["async/policy_lag_mean"]) for row in rows if row.get("async/policy_lag_mean")]
+    if lags:  # every logged window's mean, the first (start-up) left out where there are others
+        result["policy_lag_mean"] = sum(lags[1:] or lags) / len(lags[1:] or lags)
+    return result
 
 
 def main() -> None:
@@ -96,10 +111,12 @@ def main() -> None:
         command = [sys.executable, __file__, "--one", layout, "--seconds", str(args.seconds)]
         command += ["--sb3-atari-wrapper"] if args.sb3_atari_wrapper else []
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-        rates[layout] = json.loads(out.strip().splitlines()[-1])["steps_per_second"]
+        result = json.loads(out.strip().splitlines()[-1])
+        rates[layout] = result["steps_per_second"]
         name = "SB3 A2C, 16 envs" if layout == "a2c" else f"A3C, {layout.replace('x', ' workers x ').rstrip('s')} envs"
         name += ", one update per env" if layout.endswith("s") else ""
-        print(f"{name}: {rates[layout]:,.0f} env steps/s ({rates[layout] / rates['a2c']:.2f}x A2C)", flush=True)
+        lag = f", policy lag {result['policy_lag_mean']:.1f} updates" if "policy_lag_mean" in result else ""
+        print(f"{name}: {rates[layout]:,.0f} env steps/s ({rates[layout] / rates['a2c']:.2f}x A2C){lag}", flush=True)
 
 
 if __name__ == "__main__":

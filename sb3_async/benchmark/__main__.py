@@ -297,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.eval_interval is not None:
             if args.eval_interval < 1:
                 raise ValueError(f"Invalid --eval-interval {args.eval_interval}: expected a positive number of env steps")
-            suite = dataclasses.replace(suite, eval_interval=args.eval_interval, evals_per_run=None)
+            suite = dataclasses.replace(suite, eval_interval=args.eval_interval, eval_intervals={}, evals_per_run=None)
         if args.run_past_threshold:
             suite = dataclasses.replace(suite, stop_at_threshold=False, evaluate_after_threshold=True)
         algos = None

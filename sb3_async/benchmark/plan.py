@@ -61,6 +61,8 @@ class Suite:
     :param envs: env ids (registered in :mod:`sb3_async.benchmark.registry`)
     :param seeds: seeds per (algorithm, env, variant): ``0 .. seeds - 1``
     :param eval_interval: env steps between two deterministic evaluations
+    :param eval_intervals: algorithm name -> its own ``eval_interval``, for a race whose sides step at rates an order
+        apart (in one invocation, each side's evaluations come about as many training minutes apart)
     :param max_steps: env steps of a run; None: the config's ``n_timesteps`` (its schedules are tuned for it)
     :param budget_seconds: training-clock seconds of a run (evaluation excluded); None: no limit
     :param stop_at_threshold: stop a run at its first evaluation reaching the env's threshold
@@ -88,6 +90,7 @@ class Suite:
     envs: tuple[str, ...]
     seeds: int = 3
     eval_interval: int = 10_000
+    eval_intervals: Mapping[str, int] = field(default_factory=dict)
     max_steps: int | None = None
     budget_seconds: float | None = None
     stop_at_threshold: bool = True
@@ -293,7 +296,7 @@ def plan_runs(
                             params=dict(variant.params),
                             axes=dict(variant.axes),
                             threshold=env.threshold,
-                            eval_interval=suite.eval_interval,
+                            eval_interval=suite.eval_intervals.get(name, suite.eval_interval),
                             n_eval_episodes=suite.n_eval_episodes,
                             max_steps=suite.max_steps,
                             budget_seconds=budget,

@@ -141,6 +141,9 @@ def suite_info(suite: Suite, runs: Sequence[RunSpec]) -> dict[str, Any]:
     """The protocol of this invocation, as run (after the command line's overrides)."""
     first = runs[0]
     algos = list(dict.fromkeys(run.algo for run in runs))
+    intervals = sorted({run.eval_interval for run in runs})
+    # per algorithm (the suite's eval_intervals): recorded as merged parts record theirs, each run's value in its record
+    per_run = {"per_run": {"eval_interval": intervals}} if len(intervals) > 1 else {}
     return dict(
         name=suite.name,
         description=suite.description,
@@ -149,7 +152,7 @@ def suite_info(suite: Suite, runs: Sequence[RunSpec]) -> dict[str, Any]:
         algos=algos,
         peers={algo: [peer for peer in peers_of(algo) if peer in algos] for algo in algos},
         seeds=sorted({run.seed for run in runs}),
-        eval_interval=suite.eval_interval,
+        eval_interval=None if per_run else first.eval_interval,
         n_eval_episodes=suite.n_eval_episodes,
         deterministic_eval=True,
         max_steps=suite.max_steps,
@@ -160,6 +163,7 @@ def suite_info(suite: Suite, runs: Sequence[RunSpec]) -> dict[str, Any]:
         evals_per_run=suite.evals_per_run,
         final_eval_episodes=suite.final_eval_episodes,
         peer_pythons={run.algo: run.python for run in runs if run.python is not None},
+        **per_run,
     )
 
 
