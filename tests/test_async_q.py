@@ -158,3 +158,15 @@ def test_learns_cartpole(model_class):
     start = time.perf_counter()
     model.learn(100_000, callback=callback)
     assert callback.best >= 100, f"best evaluation {callback.best} after {time.perf_counter() - start:.0f} s"
+
+
+def test_n_step_q_learns_cartpole_with_one_update_per_env():
+    """The same settings as 16 actor-learners of one env each, as in the paper (``separate_updates``)."""
+    model = AsyncNStepQ(
+        "MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=8, separate_updates=True, learning_rate=1e-3,
+        target_update_interval=2000, seed=1,
+    )  # fmt: skip
+    callback = BestEval(20_000)
+    start = time.perf_counter()
+    model.learn(100_000, callback=callback)
+    assert callback.best >= 100, f"best evaluation {callback.best} after {time.perf_counter() - start:.0f} s"

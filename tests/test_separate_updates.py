@@ -1,5 +1,5 @@
-"""A3C's ``separate_updates``: each env of a worker is an actor-learner of its own, with its own update from its own
-steps, at the θ' of the worker's shared forward passes."""
+"""``separate_updates`` (A3C and the async Q family): each env of a worker is an actor-learner of its own, with its own
+update from its own steps, at the θ' of the worker's shared forward passes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sb3_contrib.common.wrappers import ActionMasker
 from stable_baselines3.common.envs import FakeImageEnv
 from torch.nn import functional as F
 
-from sb3_async import A3C
+from sb3_async import A3C, AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 from sb3_async.a3c.recorded_acting import RecordedActing
 from sb3_async.common.hogwild import Segment
 from sb3_async.common.policies import A3CCnnPolicy
@@ -117,6 +117,44 @@ def test_one_update_per_actor_learner_and_every_step_counted(policy, env, separa
     assert model._async_counters() == {"updates": segments * (N_ENVS if separate_updates else 1)}
 
 
+@pytest.mark.parametrize("model_class", [AsyncNStepQ, AsyncOneStepQ, AsyncSarsa])
+@pytest.mark.parametrize("policy, env", [("MlpPolicy", "CartPole-v1"), ("MlpPolicy", masked_cartpole)])
+@pytest.mark.parametrize("separate_updates", [True, False])
+def test_async_q_makes_one_update_per_actor_learner(model_class, policy, env, separate_updates):
+    model = model_class(
+        policy, env, n_workers=1, n_envs_per_worker=N_ENVS, n_steps=N_STEPS, separate_updates=separate_updates, seed=0,
+        backend="serial",
+    )  # fmt: skip
+    model.learn(20 * N_STEPS * N_ENVS)
+    segments, rest = divmod(model.num_timesteps, N_STEPS * N_ENVS)
+    assert rest == 0 and segments >= 20
+    assert model._async_counters() == {"updates": segments * (N_ENVS if separate_updates else 1)}
+
+
+def test_async_q_separate_updates_are_each_envs_gradient_at_the_workers_snapshot():
+    """One segment with plain SGD: the separate updates move θ by lr times the sum of each env's own gradient, each
+    taken at the worker's θ' (not at the θ its siblings already moved), each env's loss its own steps' sum; the joint
+    update moves it by that sum over the envs' mean, so by exactly 1 / n_envs as far. Same seed, ε = 1: both runs
+    see the same transitions."""
+
+    def moved(separate_updates: bool) -> list[torch.Tensor]:
+        model = AsyncOneStepQ(
+            "MlpPolicy", "CartPole-v1", learning_rate=0.01, n_workers=1, n_envs_per_worker=N_ENVS, n_steps=N_STEPS,
+            separate_updates=separate_updates, optimizer="sgd", optimizer_kwargs=dict(momentum=0.0),
+            target_update_interval=10**6, exploration_initial_eps=1.0, exploration_final_eps=1.0, seed=0,
+            backend="serial",
+        )  # fmt: skip
+        start = [param.detach().clone() for param in model.q_net.parameters()]
+        model.learn(N_STEPS * N_ENVS)
+        assert model._async_counters() == {"updates": N_ENVS if separate_updates else 1}  # one segment
+        return [param.detach() - begin for param, begin in zip(model.q_net.parameters(), start, strict=True)]
+
+    for separate, joint in zip(moved(True), moved(False), strict=True):
+        assert joint.abs().max() > 0
+        torch.testing.assert_close(separate, N_ENVS * joint, rtol=1e-4, atol=1e-7)
+
+
 def test_separate_updates_must_be_a_bool():
-    with pytest.raises(TypeError, match="separate_updates"):
-        A3C("MlpPolicy", "CartPole-v1", separate_updates="yes")
+    for model_class in (A3C, AsyncNStepQ):
+        with pytest.raises(TypeError, match="separate_updates"):
+            model_class("MlpPolicy", "CartPole-v1", separate_updates="yes")

@@ -42,7 +42,6 @@ class _A3CWorkerConfig(HogwildWorkerConfig):
     gae_lambda: float
     use_sde: bool
     sde_sample_freq: int
-    separate_updates: bool
 
 
 def _env_major(batch: Any, n_envs: int) -> Any:
@@ -160,10 +159,7 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     box = isinstance(cfg.action_space, spaces.Box)
     low, high = (cfg.action_space.low, cfg.action_space.high) if isinstance(cfg.action_space, spaces.Box) else (None, None)
     discrete = isinstance(cfg.action_space, spaces.Discrete)
-    # the actor-learners of the worker: all its envs together, or each env alone (separate_updates)
     all_envs = np.arange(cfg.n_envs)
-    lanes = [all_envs[i : i + 1] for i in all_envs] if cfg.separate_updates else [all_envs]
-    steps = np.arange(cfg.n_steps) * cfg.n_envs  # each step's first row in a time-major batch
 
     steps_since_noise = 0
 
@@ -214,8 +210,8 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
             batch_actions = batch_actions.long().flatten()
         if masked is not None:  # the segment's masks, time-major as the batch
             segment_masks = torch.as_tensor(stack_steps(segment.masks))
-        for envs in lanes:  # asynchronous update of θ using dθ, without locks: each actor-learner's in turn
-            rows = None if len(envs) == cfg.n_envs else torch.as_tensor((steps[: len(segment), None] + envs).flatten())
+        # asynchronous update of θ using dθ, without locks: each actor-learner's in turn (separate_updates: one per env)
+        for envs, rows in worker.actor_learners(len(segment)):
             part = segment if rows is None else segment.select(envs)
             actions = batch_actions if rows is None else batch_actions[rows]
             if masked is not None:  # in the order of the batch the policy evaluates
@@ -346,10 +342,8 @@ class A3C(HogwildAlgorithm):
         self.vf_coef = check_float("vf_coef", vf_coef)
         self.normalize_advantage = bool(normalize_advantage)
         self.gae_lambda = check_float("gae_lambda", gae_lambda, 0.0, 1.0)
-        for name, flag in (("use_sde", use_sde), ("separate_updates", separate_updates)):
-            if not isinstance(flag, (bool, np.bool_)):
-                raise TypeError(f"Invalid {name}={flag!r}: expected a bool")
-        self.separate_updates = bool(separate_updates)
+        if not isinstance(use_sde, (bool, np.bool_)):
+            raise TypeError(f"Invalid use_sde={use_sde!r}: expected a bool")
         sde_sample_freq = check_int("sde_sample_freq", sde_sample_freq, minimum=-1)
         if use_sde:  # SB3's OnPolicyAlgorithm passes it to the policy the same way
             policy_kwargs = {**(policy_kwargs or {}), "use_sde": True}
@@ -375,6 +369,7 @@ class A3C(HogwildAlgorithm):
             optimizer=optimizer,
             optimizer_kwargs=optimizer_kwargs,
             max_grad_norm=max_grad_norm,
+            separate_updates=separate_updates,
         )
         self.use_sde, self.sde_sample_freq = bool(use_sde), sde_sample_freq  # after BaseAlgorithm's defaults
         if _init_setup_model:
@@ -413,7 +408,6 @@ class A3C(HogwildAlgorithm):
             gae_lambda=self.gae_lambda,
             use_sde=self.use_sde,
             sde_sample_freq=self.sde_sample_freq,
-            separate_updates=self.separate_updates,
         )
         return [
             WorkerSpec(_a3c_worker, cfg, self._hogwild_shared(), name=f"a3c-{rank}", **HOGWILD_ENTRIES)

@@ -131,21 +131,24 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
                 targets = one_step_q_targets(
                     rewards.reshape(-1), dones.reshape(-1), next_q.reshape(-1, n_actions), cfg.gamma, next_masks
                 ).reshape(n, cfg.n_envs)
-        q = q_net(tensor_obs(segment.obs))
-        q_taken = q.gather(1, torch.as_tensor(stack_steps(segment.actions), dtype=torch.long).reshape(-1, 1)).flatten()
-        y = torch.as_tensor(targets.reshape(-1))
-        # dθ accumulated over the segment: Σ_t ∂(y_t - Q(s_t, a_t; θ'))² / ∂θ' (mean over a worker's envs).
-        if cfg.loss == "mse":
-            loss = F.mse_loss(q_taken, y, reduction="sum") / cfg.n_envs
-        else:
-            loss = F.smooth_l1_loss(q_taken, y, reduction="sum") / cfg.n_envs
-        global_steps = worker.apply_gradients(loss, n)  # asynchronous update of θ using dθ
-        refresh = global_steps // cfg.target_update_interval
-        if refresh > int(target_updates[0]):  # "if T mod I_target == 0 then θ⁻ ← θ"
-            target_updates[0] = refresh
-            with torch.no_grad():
-                torch._foreach_copy_(shared_target, worker.shared_params)
-        worker.reporter.record_train(loss=loss.item() / n, exploration_rate=float(np.mean(epsilon())))
+        all_actions = torch.as_tensor(stack_steps(segment.actions), dtype=torch.long).reshape(-1, 1)  # time-major
+        all_targets = torch.as_tensor(targets.reshape(-1))
+        for envs, rows in worker.actor_learners(n):  # the worker's envs together, or each env alone (separate_updates)
+            obs = segment.obs if rows is None else segment.select(envs).obs
+            actions, y = (all_actions, all_targets) if rows is None else (all_actions[rows], all_targets[rows])
+            q_taken = q_net(tensor_obs(obs)).gather(1, actions).flatten()
+            # dθ accumulated over the segment: Σ_t ∂(y_t - Q(s_t, a_t; θ'))² / ∂θ' (mean over the envs it learns from)
+            if cfg.loss == "mse":
+                loss = F.mse_loss(q_taken, y, reduction="sum") / len(envs)
+            else:
+                loss = F.smooth_l1_loss(q_taken, y, reduction="sum") / len(envs)
+            global_steps = worker.apply_gradients(loss, n, n_envs=len(envs))  # asynchronous update of θ using dθ
+            refresh = global_steps // cfg.target_update_interval
+            if refresh > int(target_updates[0]):  # "if T mod I_target == 0 then θ⁻ ← θ"
+                target_updates[0] = refresh
+                with torch.no_grad():
+                    torch._foreach_copy_(shared_target, worker.shared_params)
+            worker.reporter.record_train(loss=loss.item() / n, exploration_rate=float(np.mean(epsilon()[envs])))
         worker.reporter.maybe_flush(worker.obs)
     worker.close()
 
@@ -178,7 +181,11 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
     :param max_grad_norm: clip each worker's gradient to this norm; None (the paper does not clip)
     :param n_workers: actor-learner processes; default the CPU count (the paper: 16 threads)
     :param n_envs_per_worker: envs per worker stepped together (1 in the paper); the loss sums over a segment's steps
-        and averages over a worker's envs
+        and averages over the envs of an update
+    :param separate_updates: each env of a worker is an actor-learner of its own, with its own update from its own
+        steps (False: one update for all the worker's envs); ``n_workers=2, n_envs_per_worker=8,
+        separate_updates=True`` runs the paper's 16 actor-learners on two processes (see
+        :class:`~sb3_async.common.hogwild.HogwildAlgorithm`)
     :param optimizer: ``"shared_rmsprop"`` (paper default), ``"rmsprop"`` or ``"sgd"`` (supp. §1)
     :param optimizer_kwargs: for the optimizer (``alpha=0.99`` from the paper, ``eps``)
     Other parameters as :class:`~sb3_async.A3C`.
@@ -211,6 +218,7 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
         max_grad_norm: float | None = None,
         n_workers: int | None = None,
         n_envs_per_worker: int = 1,
+        separate_updates: bool = False,
         optimizer: str = "shared_rmsprop",
         optimizer_kwargs: dict[str, Any] | None = None,
         backend: str = "mp",
@@ -265,6 +273,7 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
             optimizer=optimizer,
             optimizer_kwargs=optimizer_kwargs,
             max_grad_norm=max_grad_norm,
+            separate_updates=separate_updates,
         )
         if _init_setup_model:
             self._setup_model()

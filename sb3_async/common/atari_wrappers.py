@@ -6,7 +6,7 @@ frames, sign-clipped rewards) with :class:`MaxAndSkipEnv` as its frame skip. Tha
 ``MaxAndSkipEnv`` returns, element for element, without reading the screen of the frames it drops: of the 4 frames
 of a step, ale-py's env copies out the screen of each (a 100 KB RGB image, about a third of the time the emulator
 takes for a frame), SB3's wrapper keeps the last two. Ours has the env read its 128 bytes of RAM instead for the
-others. An env step on Pong then costs about 14 % less (SB3's ``make_atari_env`` stack, in one process).
+others, so an env step copies two screens where SB3's copies four.
 
 Use it wherever SB3's is used: ``env_wrapper: sb3_async.common.atari_wrappers.AtariWrapper`` in a zoo config, or
 :func:`make_atari_env` in place of SB3's ``make_atari_env``; it works with SB3's own algorithms as well.

@@ -9,7 +9,9 @@ in the loss, so the rest lives here:
   paper's lock-free one, shares parameters and optimizer statistics with the workers and saves both with the model;
 * workers: :class:`HogwildWorker` builds the env copies, the private policy θ', the optimizer view on the shared
   statistics and the statistics reporter; runs the segment loop (:meth:`HogwildWorker.collect`, time-limit
-  truncations bootstrapped) and applies updates (:meth:`HogwildWorker.apply_gradients`), reporting each update's
+  truncations bootstrapped), splits a segment among its actor-learners (:meth:`HogwildWorker.actor_learners`: the
+  worker's envs together, or with ``separate_updates`` each env alone, the paper's many actor-learners on few
+  processes) and applies updates (:meth:`HogwildWorker.apply_gradients`), reporting each update's
   policy lag: the shared updates other workers applied between θ' = θ and its own (one counter slot per worker,
   ``shared["updates"]``, summed: no lost increments, no lock).
 """
@@ -64,6 +66,7 @@ class HogwildWorkerConfig(WorkerPolicyConfig):
     max_grad_norm: float | None
     optimizer: tuple[type[AsyncOptimizer], dict[str, Any]]
     optimizer_shared: bool
+    separate_updates: bool
 
 
 @dataclass
@@ -147,6 +150,16 @@ class HogwildWorker:
         self._updates_at_snapshot = int(self.update_counts.sum())
         with torch.no_grad():
             torch._foreach_copy_(self.local_params, self.shared_params)
+
+    def actor_learners(self, n_steps: int) -> list[tuple[np.ndarray, torch.Tensor | None]]:
+        """The actor-learners of a segment of ``n_steps`` steps, each learning from its own envs' steps: the worker's
+        envs together, or with ``separate_updates`` each env alone. Each is ``(envs, rows)``: the envs' indices and
+        their rows in the segment's time-major batch (None: every row)."""
+        envs = np.arange(self.cfg.n_envs)
+        if not self.cfg.separate_updates or self.cfg.n_envs == 1:
+            return [(envs, None)]
+        steps = torch.arange(n_steps)[:, None] * self.cfg.n_envs
+        return [(envs[i : i + 1], (steps + i).flatten()) for i in envs]
 
     def collect(
         self,
@@ -242,6 +255,10 @@ class HogwildAlgorithm(AsyncAlgorithm):
         (momentum SGD with per-worker momentum)
     :param optimizer_kwargs: for the optimizer (e.g. ``alpha``, ``eps`` of :class:`~sb3_async.common.optimizers.SharedRMSprop`)
     :param max_grad_norm: clip each worker's gradient to this global norm (None: no clipping)
+    :param separate_updates: each env of a worker is an actor-learner of its own: one update per env and segment,
+        from that env's steps alone, applied in turn (each a gradient at the worker's θ', as the paper's
+        actor-learners apply gradients at their own snapshot), so that ``n_workers`` processes run the paper's
+        ``n_workers * n_envs_per_worker`` actor-learners. False: one update for all the worker's envs
     Other arguments: :class:`~sb3_async.common.async_algorithm.AsyncAlgorithm`.
     """
 
@@ -251,8 +268,12 @@ class HogwildAlgorithm(AsyncAlgorithm):
         optimizer: str = "shared_rmsprop",
         optimizer_kwargs: dict[str, Any] | None = None,
         max_grad_norm: float | None = None,
+        separate_updates: bool = False,
         **kwargs: Any,
     ):
+        if not isinstance(separate_updates, (bool, np.bool_)):
+            raise TypeError(f"Invalid separate_updates={separate_updates!r}: expected a bool")
+        self.separate_updates = bool(separate_updates)
         if optimizer not in OPTIMIZER_NAMES:
             raise ValueError(f"Invalid optimizer={optimizer!r}: expected one of {', '.join(OPTIMIZER_NAMES)}")
         if optimizer_kwargs is not None and not isinstance(optimizer_kwargs, dict):
@@ -297,6 +318,7 @@ class HogwildAlgorithm(AsyncAlgorithm):
             max_grad_norm=self.max_grad_norm,
             optimizer=(type(optimizer), optimizer.hyperparameters()),
             optimizer_shared=optimizer.shared,
+            separate_updates=self.separate_updates,
         )
 
     def _hogwild_shared(self) -> dict[str, Any]:
