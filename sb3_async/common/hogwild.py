@@ -159,7 +159,7 @@ class HogwildWorker:
         if not self.cfg.separate_updates or self.cfg.n_envs == 1:
             return [(envs, None)]
         steps = torch.arange(n_steps)[:, None] * self.cfg.n_envs
-        return [(envs[i : i + 1], (steps + i).flatten()) for i in envs]
+        return [(envs[i : i + 1], (steps + i).flatten()) for i in range(self.cfg.n_envs)]
 
     def collect(
         self,
