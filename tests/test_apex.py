@@ -440,7 +440,8 @@ def test_apex_dqn_solves_cartpole(one_torch_thread, tmp_path):
 
 def test_apex_dpg_solves_pendulum(one_torch_thread, tmp_path):
     """zoo_configs/apex_dpg.yml's Pendulum-v1 entry: the model learn() returns is the one evaluated >= -200 (random:
-    about -1200 to -1500); on 20 fresh episodes it scores >= -250 (a good Pendulum policy's episodes spread by ~100).
+    about -1200 to -1500); on 20 fresh episodes it scores >= -250 (a good Pendulum policy's episodes spread by ~100), or
+    within three standard errors where its episodes spread more.
     The entry reached -200 in 20/20 trial seeds within 12k-28k env steps (5-11 s on a quiet machine); 50k leaves
     room."""
     model = zoo_model("apex_dpg", "Pendulum-v1", tmp_path, seed=0)
