@@ -9,7 +9,9 @@ machine with fewer cores runs the same algorithm with fewer workers (``--n-worke
     python examples/a3c_pong.py                                  # 1e7 steps, 16 workers
     python examples/a3c_pong.py --n-workers 1 --timesteps 300    # smoke test
 
-The same run through the RL Zoo: ``python -m sb3_async.train --algo a3c --env PongNoFrameskip-v4``.
+The same run through the RL Zoo: ``python -m sb3_async.train --algo a3c --env PongNoFrameskip-v4 -params n_envs:16
+n_workers:16 n_envs_per_worker:1`` (without ``-params``, the zoo entry's 2 workers × 8 envs, one update per worker:
+the benchmarked layout, faster on few cores).
 """
 
 from __future__ import annotations

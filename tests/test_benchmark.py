@@ -499,6 +499,17 @@ def test_zoo_entry_lookup_follows_the_zoo_and_aliases() -> None:
     assert key == "CartPole-v1" and entry["n_workers"] == 2
 
 
+def test_pong_suite_races_a3c_zoo_entry_as_written() -> None:
+    """The published Pong race describes what ``python -m sb3_async.train --algo a3c --env PongNoFrameskip-v4``
+    trains: the suite's A3C layout is the entry's own, so its overrides change nothing."""
+    key, entry = zoo_entry(registry.get_algorithm("a3c").config_path(), "PongNoFrameskip-v4", None)
+    (variant,) = suites.get_suite("pong").variants(registry.get_algorithm("a3c"))
+    assert key == "PongNoFrameskip-v4"
+    assert {name: entry[name] for name in variant.params} == variant.params == {
+        "n_envs": 16, "n_workers": 2, "n_envs_per_worker": 8
+    }  # fmt: skip
+
+
 # --- failures are reported, not hidden ---------------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """Training throughput, this checkout against another version of sb3_async (A/B, same machine, same run): stock PPO
 on ``AsyncEnvPool(...).as_vec_env()``, AEDDPG on its own pool, the worker-process algorithms (A3C, async n-step Q,
-Ape-X DQN) on CartPole-v1, and A3C on Pong; env steps per second with training included (start-up included).
+Ape-X DQN) on CartPole-v1, A3C on Pong, and A3C's Pong zoo entry through the training CLI; env steps per second with
+training included (start-up included).
 
 The same user code runs against both versions, each case in a fresh process with that version first on ``PYTHONPATH``
 (the cases use only what both versions have: ``AsyncEnvPool(factories, n_workers=, local_envs=).as_vec_env()`` and
@@ -27,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 #: name -> (algorithm, env id, layout, env steps); the layout is PPO's pool's (n_workers, local_envs), A3C's on Pong
-#: (n_workers, n_envs_per_worker), None elsewhere (the algorithm's own pool, or 2 workers x 8 envs)
+#: (n_workers, n_envs_per_worker), ``"zoo"`` for the version's own zoo entry run by ``python -m sb3_async.train``, None
+#: elsewhere (the algorithm's own pool, or 2 workers x 8 envs)
 CASES = {
     "PPO CartPole-v1, 2 workers": ("ppo", "CartPole-v1", (2, 0), 16_384),
     "PPO CartPole-v1, 1 worker + main": ("ppo", "CartPole-v1", (1, 4), 16_384),
@@ -41,7 +43,8 @@ CASES = {
     "AsyncNStepQ CartPole-v1, 2 workers x 8 envs": ("async_n_step_q", "CartPole-v1", None, 200_000),
     "ApeXDQN CartPole-v1, 2 actors": ("apex_dqn", "CartPole-v1", None, 50_000),
     "A3C Pong, 2 workers x 8 envs": ("a3c", "PongNoFrameskip-v4", (2, 8), 60_000),
-    "A3C Pong, 16 workers x 1 env (the zoo entry)": ("a3c", "PongNoFrameskip-v4", (16, 1), 20_000),
+    "A3C Pong, 16 workers x 1 env (the paper's layout)": ("a3c", "PongNoFrameskip-v4", (16, 1), 20_000),
+    "A3C Pong, the zoo entry (python -m sb3_async.train)": ("a3c", "PongNoFrameskip-v4", "zoo", 60_000),
 }
 
 
@@ -57,6 +60,19 @@ def make_env(env_id: str):  # noqa: ANN201 - a gymnasium env
     return gym.make(env_id)
 
 
+def zoo_rate(algo: str, env_id: str, steps: int) -> float:
+    """Env steps per second of ``python -m sb3_async.train --algo ALGO --env ENV_ID -n STEPS`` in this process: the
+    version's own zoo entry (its ``zoo_configs/``), no evaluations, start-up and saving included."""
+    import tempfile
+
+    from sb3_async.train import main as train
+
+    with tempfile.TemporaryDirectory() as folder:
+        start = time.perf_counter()
+        train(["--algo", algo, "--env", env_id, "-n", str(steps), "--eval-freq", "-1", "--seed", "0", "-f", folder])
+        return steps / (time.perf_counter() - start)
+
+
 def run_case(name: str) -> float:
     """Env steps per second of one case, in this process (the version of sb3_async first on the path)."""
     import functools
@@ -65,6 +81,8 @@ def run_case(name: str) -> float:
 
     torch.set_num_threads(1)
     algo, env_id, layout, steps = CASES[name]
+    if layout == "zoo":
+        return zoo_rate(algo, env_id, steps)
     if algo == "ppo":
         from stable_baselines3 import PPO
         from stable_baselines3.common.vec_env import VecFrameStack
@@ -90,7 +108,7 @@ def run_case(name: str) -> float:
         from sb3_async import A3C, AsyncNStepQ
 
         algorithm = A3C if algo == "a3c" else AsyncNStepQ
-        if env_id.startswith("Pong"):  # the zoo entry: the paper's settings on SB3's Atari stack
+        if env_id.startswith("Pong"):  # the paper's settings on SB3's Atari stack
             import ale_py
             import gymnasium as gym
             from stable_baselines3.common.vec_env import VecFrameStack

@@ -224,7 +224,7 @@ LEARNERS = [
     Learner("A3C CartPole-v1", _a3c("CartPole-v1", "MlpPolicy", n_envs=8)),
     Learner(
         "A3C Pong",
-        _a3c(_pong, "CnnPolicy", n_envs=1, max_grad_norm=40.0, ent_coef=0.01),
+        _a3c(_pong, "CnnPolicy", n_envs=8, max_grad_norm=40.0, ent_coef=0.01),
         "backward through the acting passes",
     ),
 ]

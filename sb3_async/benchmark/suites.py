@@ -159,8 +159,8 @@ register_suite(
     )
 )
 
-#: A3C's worker layout in the ``pong`` suite, workers x envs per worker: on 2 cores, one worker per core batching the
-#: inference of its 8 envs steps Pong fastest (the zoo entry keeps the paper's 16 workers x 1 env).
+#: A3C's worker layout in the ``pong`` suite, workers x envs per worker, that of its zoo entry: on 2 cores, one worker
+#: per core batching the inference of its 8 envs steps Pong fastest (the paper: 16 workers x 1 env).
 PONG_LAYOUT = (2, 8)
 
 
