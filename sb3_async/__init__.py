@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from sb3_async.common.noise import RandomWalkActionNoise
     from sb3_async.common.optimizers import MomentumSGD, SharedRMSprop
     from sb3_async.common.policies import MnihCNN
-    from sb3_async.common.runtime.processes import WorkerError
     from sb3_async.env_pool import AsyncEnvPool
     from sb3_async.env_pool.turns import TurnBasedGame
+    from sb3_async.runtime.processes import WorkerError
 
 with open(os.path.join(os.path.dirname(__file__), "version.txt")) as file_handler:
     __version__ = file_handler.read().strip()
@@ -51,7 +51,7 @@ _LAZY = {
     "MnihCNN": "sb3_async.common.policies",
     "MomentumSGD": "sb3_async.common.optimizers",
     "SharedRMSprop": "sb3_async.common.optimizers",
-    "WorkerError": "sb3_async.common.runtime.processes",
+    "WorkerError": "sb3_async.runtime.processes",
 }
 
 #: Subpackages reachable as attributes: ``import sb3_async; sb3_async.a3c`` worked when this module imported everything.

@@ -100,7 +100,7 @@ class NaNObservationEnv(gym.Wrapper):
 def in_process_context(conn: Any, shared: dict[str, Any] | None = None, total_timesteps: int = 10**9) -> Any:
     """The ``WorkerContext`` of a single worker of rank 0, as the runtime builds it in a worker process, here in this
     process (``conn``: the worker's end of a pipe the test keeps the other end of)."""
-    from sb3_async.common.runtime import WorkerContext
+    from sb3_async.runtime import WorkerContext
 
     return WorkerContext(
         rank=0,

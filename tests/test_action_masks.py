@@ -22,7 +22,7 @@ from sb3_async.apex.returns import double_q_values
 from sb3_async.common.buffers.masked import MaskedPrioritizedReplayBuffer
 from sb3_async.common.masks import check_action_masks, legal_uniform, masked_argmax, masked_epsilon_greedy
 from sb3_async.common.returns import nstep_q_targets, one_step_q_targets
-from sb3_async.common.runtime import WorkerError
+from sb3_async.runtime import WorkerError
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

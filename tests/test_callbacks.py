@@ -18,7 +18,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.monitor import Monitor
 
 from sb3_async import A3C
-from sb3_async.common.runtime import Runtime
+from sb3_async.runtime import Runtime
 from tests.helpers import ALGORITHM_NAMES, small_model
 
 

@@ -21,7 +21,7 @@ from stable_baselines3.common.callbacks import BaseCallback, EvalCallback, StopT
 from stable_baselines3.common.monitor import Monitor
 
 from sb3_async import A3C, ApeXDQN, AsyncNStepQ, WorkerError
-from sb3_async.common.runtime import MultiprocessingRuntime, WorkerSpec
+from sb3_async.runtime import MultiprocessingRuntime, WorkerSpec
 from tests.conftest import two_node_cluster
 
 # The workers below run in Ray's processes too, which cannot import this test module: ship its functions by value.
@@ -54,7 +54,7 @@ def numbered_sender(ctx, payload):
 def _make_runtime(backend: str):
     if backend == "mp":
         return MultiprocessingRuntime()
-    from sb3_async.common.runtime.ray_backend import RayRuntime
+    from sb3_async.runtime.ray_backend import RayRuntime
 
     return RayRuntime()
 

@@ -1,4 +1,4 @@
-"""The workers give their heap's free pages back to the system (sb3_async.common.runtime.heap)."""
+"""The workers give their heap's free pages back to the system (sb3_async.runtime.heap)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from sb3_async.common.runtime import base
-from sb3_async.common.runtime.heap import release_free_heap
+from sb3_async.runtime import base
+from sb3_async.runtime.heap import release_free_heap
 from tests.helpers import in_process_context
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
@@ -20,7 +20,7 @@ GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 # between kept blocks, so free() cannot give them back; malloc_trim(0) can.
 _FRAGMENT_THEN_TRIM = """
 import os, sys
-from sb3_async.common.runtime.heap import release_free_heap
+from sb3_async.runtime.heap import release_free_heap
 from tests.helpers import in_process_context
 
 def rss_mb():
@@ -45,7 +45,7 @@ def test_release_free_heap_returns_the_free_pages_of_a_fragmented_heap() -> None
 
 
 def test_release_free_heap_is_a_no_op_without_malloc_trim(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sb3_async.common.runtime import heap
+    from sb3_async.runtime import heap
 
     monkeypatch.setattr(heap, "_MALLOC_TRIM", False)  # what macOS, Windows and musl get
     assert release_free_heap() is False

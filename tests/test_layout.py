@@ -72,7 +72,7 @@ def test_no_module_imports_its_way_back_to_itself():
 #: lower layers. A name is a top-level module or folder of the package; under ``common/`` each subfolder is its own.
 LAYERS: list[set[str]] = [
     {"validation", "lazy"},  # argument checks, lazy re-exports
-    {"common/runtime"},  # processes and Ray actors: start, supervise, stop
+    {"runtime"},  # processes and Ray actors: start, supervise, stop
     {"env_pool"},  # AsyncEnvPool and its transport
     {"common/buffers"},  # replay buffers (usable with stock SB3)
     {"common"},  # the algorithm framework
@@ -116,7 +116,7 @@ def test_folders_import_only_downward():
 def test_the_layer_check_sees_an_upward_import():
     assert _layer_of("env_pool") < _layer_of("common") < _layer_of("a3c")
     assert _folder_of("sb3_async.common.buffers.sum_tree") == "common/buffers"
-    assert _folder_of("sb3_async.common.runtime.mp") == "common/runtime"
+    assert _folder_of("sb3_async.runtime.mp") == "runtime"
 
 
 def _design_page_files() -> str:
@@ -145,12 +145,12 @@ _STARTERS = {
 
 
 def test_only_the_runtime_starts_processes():
-    """Every process, forkserver, command, Ray cluster and Ray actor starts in common/runtime/processes.py (its Launcher),
+    """Every process, forkserver, command, Ray cluster and Ray actor starts in runtime/processes.py (its Launcher),
     next to the parent-death watch, the error reports and the stopping that supervise them (``.remote(...)`` calls of
     an actor's methods are not starts)."""
     starters = []
     for path in PACKAGE.rglob("*.py"):
-        if path == PACKAGE / "common" / "runtime" / "processes.py":
+        if path == PACKAGE / "runtime" / "processes.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)) or node.func.attr not in _STARTERS:

@@ -26,7 +26,7 @@ from sb3_async.common.normalization import (
     share_running_mean_std,
     share_statistics,
 )
-from sb3_async.common.runtime.seqlock import read_rows, seqlock_groups, write_rows
+from sb3_async.runtime.seqlock import read_rows, seqlock_groups, write_rows
 
 
 def test_merge_moments_hand_computed() -> None:

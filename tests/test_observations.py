@@ -12,7 +12,7 @@ from sb3_async.common.observations import (
     check_finite_rewards,
     check_observation_space,
 )
-from sb3_async.common.runtime.processes import WorkerError
+from sb3_async.runtime.processes import WorkerError
 from tests.helpers import ALGORITHM_NAMES, NaNObservationEnv, small_model
 
 NON_FINITE = r"Env {} returned a non-finite observation \(NaN or inf\)"

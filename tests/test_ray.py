@@ -22,8 +22,8 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
 from sb3_async import A3C, AEDDPG, ApeXDPG, ApeXDQN, AsyncNStepQ, WorkerError
-from sb3_async.common.runtime import make_runtime
-from sb3_async.common.runtime.ray_backend import NAMESPACE, RAY_INSTALL_HINT, entry_tensors, merge_changes
+from sb3_async.runtime import make_runtime
+from sb3_async.runtime.ray_backend import NAMESPACE, RAY_INSTALL_HINT, entry_tensors, merge_changes
 from tests.conftest import two_node_cluster
 from tests.helpers import FAST_DQN, learns_and_returns_the_evaluated_model, zoo_model
 

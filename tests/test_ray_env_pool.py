@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from sb3_async import AEDDPG, AsyncEnvPool, WorkerError
-from sb3_async.common.runtime.ray_connect import NAMESPACE, RAY_INSTALL_HINT
+from sb3_async.runtime.ray_connect import NAMESPACE, RAY_INSTALL_HINT
 from tests.conftest import two_node_cluster
 from tests.helpers import FailingEnv, check_env_1_error_spares_the_others
 
@@ -110,7 +110,7 @@ def test_backend_arguments_are_checked():
     with pytest.raises(ValueError, match="num_cpus_per_worker=-1"):
         AsyncEnvPool("CartPole-v1", n_envs=2, backend="ray", backend_kwargs={"num_cpus_per_worker": -1})
     # The connection options: one rule for the env pool's hosts and the algorithms' RayRuntime
-    from sb3_async.common.runtime.ray_backend import RayRuntime
+    from sb3_async.runtime.ray_backend import RayRuntime
 
     for options, match in (({"address": 1}, "address=1"), ({"init_kwargs": ["num_cpus"]}, "init_kwargs=")):
         with pytest.raises(TypeError, match=match):

@@ -17,7 +17,7 @@ import torch
 
 from sb3_async import A3C, WorkerError
 from sb3_async.common.async_algorithm import max_local_workers
-from sb3_async.common.runtime import MultiprocessingRuntime, WorkerSpec
+from sb3_async.runtime import MultiprocessingRuntime, WorkerSpec
 from tests.helpers import ALGORITHM_NAMES, FailingEnv, ShmWatch, live_children, small_model
 
 
@@ -258,11 +258,11 @@ def test_forkserver_starts_when_the_model_is_built(tmp_path, start_method):
 COMMAND_PARENT = textwrap.dedent(
     """
     import sys, time
-    from sb3_async.common.runtime.processes import Launcher
+    from sb3_async.runtime.processes import Launcher
 
     child = (
         "import subprocess, sys, time\\n"
-        "from sb3_async.common.runtime.processes import watch_parent_from_env\\n"
+        "from sb3_async.runtime.processes import watch_parent_from_env\\n"
         + ("watch_parent_from_env()\\n" if sys.argv[1] == "watch" else "")
         + "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\\n"
         "print('ready', flush=True)\\n"
@@ -316,7 +316,7 @@ class StuckOnceEnv(gym.Wrapper):
         self.count += 1
         if self.count == self.at and self._first():
             if self.native:
-                from sb3_async.common.runtime.processes import StepWatchdog
+                from sb3_async.runtime.processes import StepWatchdog
 
                 StepWatchdog.GRACE = 1.0  # this worker's: a short grace, for the test
                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
@@ -367,7 +367,7 @@ def test_step_timeout_is_checked():
 def test_ae_ddpg_fails_on_a_stuck_env_while_the_others_go_on(tmp_path):
     """One of AE-DDPG's two envs blocks in its pool worker, the other keeps stepping: learn() fails after step_timeout
     naming the env, and closes the pool."""
-    from sb3_async.common.runtime.processes import StepTimeout
+    from sb3_async.runtime.processes import StepTimeout
 
     marker = str(tmp_path / "stuck")
     model = small_model(
@@ -396,7 +396,7 @@ def _running(pid: int) -> bool:
 def test_a_launcher_stops_everything_it_started():
     """The one object every start goes through keeps what it started, and its close() ends all of it: a worker
     process that never returns, and a command (SIGKILLed with its process group)."""
-    from sb3_async.common.runtime.processes import Launcher
+    from sb3_async.runtime.processes import Launcher
 
     launcher = Launcher("spawn")
     proc = launcher.process(time.sleep, "sb3_async-test-sleeper", (600,))

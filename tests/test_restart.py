@@ -11,7 +11,7 @@ import pytest
 from stable_baselines3.common.logger import configure
 
 from sb3_async import ApeXDQN, WorkerError
-from sb3_async.common.runtime import MultiprocessingRuntime, WorkerSpec, restart_seed
+from sb3_async.runtime import MultiprocessingRuntime, WorkerSpec, restart_seed
 from tests.helpers import FAST_DQN, FailingEnv, ShmWatch, live_children
 
 

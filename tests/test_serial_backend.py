@@ -18,8 +18,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import configure
 
 from sb3_async import A3C
-from sb3_async.common.runtime import WorkerError
-from sb3_async.common.runtime.serial import SerialRuntime
+from sb3_async.runtime import WorkerError
+from sb3_async.runtime.serial import SerialRuntime
 from tests.helpers import FailingEnv, live_children, small_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -237,7 +237,7 @@ def test_save_serial_load_mp_and_back(tmp_path: Path) -> None:
 
 
 def test_a_failed_worker_restarts_with_a_fresh_seed() -> None:
-    from sb3_async.common.runtime import WorkerSpec
+    from sb3_async.runtime import WorkerSpec
 
     runtime = SerialRuntime()
     seeds: list[int] = []

@@ -27,8 +27,8 @@ from sb3_async.common.hogwild import (
 from sb3_async.common.masks import mask_policy, masked_policy, predict_masks
 from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, SoftplusGaussianPolicy
 from sb3_async.common.returns import gae_advantages, nstep_returns
-from sb3_async.common.runtime import WorkerContext, WorkerSpec
 from sb3_async.common.torch_utils import has_categorical_head, sample_actions, to_tensor
+from sb3_async.runtime import WorkerContext, WorkerSpec
 from sb3_async.validation import check_float, check_int
 
 SelfA3C = TypeVar("SelfA3C", bound="A3C")

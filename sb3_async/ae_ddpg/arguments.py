@@ -57,7 +57,7 @@ def check_pool_arguments(pool_kwargs: Any, backend: Any, backend_kwargs: Any) ->
             "process (n_workers=0); use backend='mp' for env processes"
         )
     if backend == "ray":
-        from sb3_async.common.runtime.ray_connect import import_ray
+        from sb3_async.runtime.ray_connect import import_ray
 
         import_ray()
 

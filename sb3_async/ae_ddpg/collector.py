@@ -26,9 +26,9 @@ from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.callbacks import show_final_timesteps
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.observations import check_finite_observations, check_finite_rewards
-from sb3_async.common.runtime.processes import StepTimeout
 from sb3_async.env_pool.vec_env import PoolVecEnv
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
+from sb3_async.runtime.processes import StepTimeout
 
 
 class EpisodeCaches:

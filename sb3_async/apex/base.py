@@ -36,9 +36,9 @@ from sb3_async.common.buffers.ages import sample_ages_of
 from sb3_async.common.buffers.masked import MaskedPrioritizedReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer, check_replay_memory
 from sb3_async.common.masks import masking_supported
-from sb3_async.common.runtime import Runtime, WorkerSpec
-from sb3_async.common.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
 from sb3_async.common.save_util import AtomicReplaySaves, check_pickled_class, replay_file_errors
+from sb3_async.runtime import Runtime, WorkerSpec
+from sb3_async.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
 from sb3_async.validation import check_float, check_int, check_replay_sizes
 
 # The actor side lives in sb3_async.apex.actor; its names stay importable from here.
@@ -61,7 +61,7 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
     :param max_blocks_in_flight: blocks an actor may have sent and not yet inserted before it waits
     :param max_actor_restarts: how many times one actor whose process was lost (a signal, a crash, a lost Ray actor or
         node) is restarted within a ``learn()`` call (a warning each time, counted in ``rollout/actor_restarts``);
-        once more and ``learn()`` raises :class:`~sb3_async.common.runtime.processes.WorkerError`. An actor that raises an
+        once more and ``learn()`` raises :class:`~sb3_async.runtime.processes.WorkerError`. An actor that raises an
         exception (its env's error, a NaN observation) is not restarted: ``learn()`` raises its traceback at once
     :param replay_ratio: None (the paper: actors and learner each as fast as they can), or transitions the learner
         replays per transition inserted once learning started; the learner then holds blocks back when it is behind

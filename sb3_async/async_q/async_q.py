@@ -40,8 +40,8 @@ from sb3_async.common.hogwild import (
 from sb3_async.common.masks import masked_argmax, masked_epsilon_greedy, masked_values
 from sb3_async.common.policies import AsyncQCnnPolicy
 from sb3_async.common.returns import nstep_q_targets, one_step_q_targets, sarsa_targets
-from sb3_async.common.runtime import WorkerContext, WorkerSpec
 from sb3_async.common.torch_utils import to_tensor
+from sb3_async.runtime import WorkerContext, WorkerSpec
 from sb3_async.validation import check_float, check_int
 
 SelfAsyncQ = TypeVar("SelfAsyncQ", bound="AsyncQLearning")

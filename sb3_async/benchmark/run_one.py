@@ -38,7 +38,7 @@ from stable_baselines3.common.vec_env import VecEnv, sync_envs_normalization
 
 from sb3_async.benchmark.plan import RunSpec
 from sb3_async.benchmark.records import EVENT_PREFIX, PeakMemory, emit, failed_record, identity, json_safe
-from sb3_async.common.runtime.processes import watch_parent_from_env
+from sb3_async.runtime.processes import watch_parent_from_env
 
 __all__ = ["EVENT_PREFIX", "EvalClock", "failed_record", "run", "true_num_timesteps", "worker_overrides", "zoo_entry"]
 

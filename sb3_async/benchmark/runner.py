@@ -28,8 +28,8 @@ import psutil
 from sb3_async.benchmark.plan import REPO_ROOT, RunSpec, Suite, plan_runs
 from sb3_async.benchmark.records import EVENT_PREFIX, failed_record
 from sb3_async.benchmark.registry import ENVS, is_adapter_file, peers_of
-from sb3_async.common.runtime.processes import Launcher
 from sb3_async.common.torch_utils import usable_cpus
+from sb3_async.runtime.processes import Launcher
 
 #: Extra seconds a run may take beyond its budget and the evaluations it reported (process start-up, the evaluation in
 #: progress, worker shutdown) before it is killed.

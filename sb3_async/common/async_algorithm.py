@@ -3,7 +3,7 @@
 ``learn()`` runs in the main process exactly as SB3 users expect: ``num_timesteps`` is the global step count of all
 workers, callbacks get ``on_step()`` once per ``n_envs`` steps of progress with the usual locals, episode statistics
 fill ``ep_info_buffer``, and the logger writes ``rollout/``, ``time/`` and ``train/`` keys. The workers themselves
-are started, supervised and stopped by :mod:`sb3_async.common.runtime`; an algorithm only says what its workers run
+are started, supervised and stopped by :mod:`sb3_async.runtime`; an algorithm only says what its workers run
 (:meth:`AsyncAlgorithm._worker_specs`).
 
 This module holds the model: construction, ``load()``, the env, and ``learn()``, which starts the workers and hands
@@ -31,14 +31,14 @@ from sb3_async.common.masks import check_masked_action_space
 from sb3_async.common.normalization import load_statistics_state
 from sb3_async.common.normalization_sharing import SharedNormalization
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_observation_space
-from sb3_async.common.runtime import Runtime, WorkerSpec, make_runtime, worker_seed
-from sb3_async.common.runtime.mp import start_forkserver
-from sb3_async.common.runtime.processes import START_METHODS, WorkerError
 from sb3_async.common.save_util import AtomicSaves
 from sb3_async.common.supervision import WorkerSupervision
 from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settings, usable_cpus
 from sb3_async.common.worker_envs import EnvRecipe, WorkerEnvsView
 from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig, shared_obs_buffer
+from sb3_async.runtime import Runtime, WorkerSpec, make_runtime, worker_seed
+from sb3_async.runtime.mp import start_forkserver
+from sb3_async.runtime.processes import START_METHODS, WorkerError
 from sb3_async.validation import check_backend, check_float, check_int, check_seed
 
 # Re-exported: algorithms built on this module import their worker-side base names from here.
@@ -105,9 +105,9 @@ class AsyncAlgorithm(LiveProgress, WorkerSupervision, SharedNormalization, Atomi
     :param n_workers: worker processes (the paper's actor-learner threads); default: the number of CPU cores
     :param n_envs_per_worker: envs stepped by each worker, their inference batched (1 as in the paper)
     :param backend: ``"mp"``: processes on this machine; ``"ray"``: Ray actors on a Ray cluster (``pip install
-        "sb3-async[ray]"``; see :class:`~sb3_async.common.runtime.ray_backend.RayRuntime`); ``"serial"``: every worker
+        "sb3-async[ray]"``; see :class:`~sb3_async.runtime.ray_backend.RayRuntime`); ``"serial"``: every worker
         in this process, one after another in a fixed order, for debugging (see
-        :class:`~sb3_async.common.runtime.serial.SerialRuntime`)
+        :class:`~sb3_async.runtime.serial.SerialRuntime`)
     :param backend_kwargs: options of the backend (``"ray"``: ``address``, ``init_kwargs``, ``num_cpus_per_worker``,
         ``workers_per_actor``, ``sync_interval``, ``publish_interval``); default: none
     :param start_method: ``"forkserver"`` (default), ``"spawn"`` or ``"fork"``
@@ -175,7 +175,7 @@ class AsyncAlgorithm(LiveProgress, WorkerSupervision, SharedNormalization, Atomi
         self.backend, self.start_method = backend, start_method
         self.backend_kwargs = dict(backend_kwargs or {})
         if backend == "ray":  # say what to install now, not at the first learn()
-            from sb3_async.common.runtime.ray_backend import import_ray
+            from sb3_async.runtime.ray_backend import import_ray
 
             import_ray()
         if backend == "mp" and start_method == "forkserver" and env is not None:

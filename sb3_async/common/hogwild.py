@@ -32,9 +32,9 @@ from sb3_async.common.masks import mask_reader
 from sb3_async.common.observations import check_finite_observations, check_finite_rewards
 from sb3_async.common.optimizers import OPTIMIZER_NAMES, AsyncOptimizer, WorkerOptimizer, as_async_optimizer, make_optimizer
 from sb3_async.common.returns import bootstrap_truncated_rewards
-from sb3_async.common.runtime import WorkerContext
 from sb3_async.common.torch_utils import build_worker_policy, clip_grad_norm, to_tensor
 from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig, make_worker_envs
+from sb3_async.runtime import WorkerContext
 from sb3_async.validation import check_float
 
 #: How the shared entries of gradient-sharing workers cross machines (``backend="ray"``: Hogwild on each machine's own

@@ -13,13 +13,13 @@ Concurrency: **one accumulator per worker, merged on read** (the parallel algori
 is the only writer of slot ``i + 1`` (slot 0 holds the statistics from before this ``learn()``), so no update is ever
 lost, which a single shared ``(mean, var, count)`` updated read-modify-write by several processes would do (and
 leave mean, var and count inconsistent with each other for good). Each slot carries a sequence number, odd while
-its writer is writing (a seqlock, :mod:`sb3_async.common.runtime.seqlock`): a reader retries instead of using a
+its writer is writing (a seqlock, :mod:`sb3_async.runtime.seqlock`): a reader retries instead of using a
 half-written slot. No lock is taken, so a worker never waits for another one, and merging a few slots costs a
 handful of vectorized NumPy operations per step. The merged statistics equal those of one ``RunningMeanStd`` fed the
 union of every worker's batches, in any order (Chan's merge is exact up to float rounding). RLlib's ``MeanStdFilter``
 keeps per-worker buffers too, but merges them only when the driver synchronizes the workers; here every worker on a
 machine sees the others' data at once. Across machines (``backend="ray"``) the statistics are a
-:attr:`~sb3_async.common.runtime.WorkerSpec.owned` entry: every ``sync_interval`` each slot is copied from the machine
+:attr:`~sb3_async.runtime.WorkerSpec.owned` entry: every ``sync_interval`` each slot is copied from the machine
 of its writer to the driver and from there to the other machines, so all of them merge the same slots.
 """
 
@@ -33,7 +33,7 @@ import torch
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecNormalize
 
-from sb3_async.common.runtime.seqlock import read_rows, write_rows
+from sb3_async.runtime.seqlock import read_rows, write_rows
 
 #: The ``VecNormalize`` options a worker's copy is rebuilt with (its constructor's arguments).
 VEC_NORMALIZE_OPTIONS = ("training", "norm_obs", "norm_reward", "clip_obs", "clip_reward", "gamma", "epsilon", "norm_obs_keys")

@@ -24,9 +24,9 @@ from stable_baselines3.common.utils import safe_mean
 
 from sb3_async.common.async_metrics import AsyncMetrics
 from sb3_async.common.games import record_seat_statistics
-from sb3_async.common.runtime import Runtime
-from sb3_async.common.runtime.processes import WorkerError
 from sb3_async.common.worker_side import read_obs
+from sb3_async.runtime import Runtime
+from sb3_async.runtime.processes import WorkerError
 
 #: Seconds the workers have to finish after a callback stopped training (their last messages are received meanwhile).
 _STOP_SECONDS = 30.0

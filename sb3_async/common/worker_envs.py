@@ -44,11 +44,11 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvStepReturn
 from stable_baselines3.common.vec_env.util import dict_to_obs
 
 from sb3_async.common.normalization import attach_statistics, vec_normalize_options, vec_normalizes
-from sb3_async.common.runtime.processes import StepWatchdog
 from sb3_async.env_pool.core import EnvPoolBase
 from sb3_async.env_pool.multi_agent import is_multi_agent
 from sb3_async.env_pool.turns import TurnBasedGame, is_turn_based
 from sb3_async.env_pool.vec_env import PoolVecEnv
+from sb3_async.runtime.processes import StepWatchdog
 
 _WHAT_TO_PASS = (
     "Pass an env id (e.g. 'CartPole-v1'), a picklable factory (e.g. `lambda: gym.make('CartPole-v1')`), "

@@ -19,9 +19,9 @@ from gymnasium import spaces
 from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_async.common.runtime import WorkerContext
-from sb3_async.common.runtime.processes import StepWatchdog
 from sb3_async.common.worker_envs import EnvRecipe, WorkerVecEnv
+from sb3_async.runtime import WorkerContext
+from sb3_async.runtime.processes import StepWatchdog
 
 __all__ = ["StatsReporter", "WorkerPolicyConfig", "make_worker_envs", "read_obs", "shared_obs_buffer", "write_obs"]
 

@@ -30,7 +30,6 @@ import cloudpickle
 import gymnasium as gym
 from gymnasium import spaces
 
-from sb3_async.common.runtime.processes import START_METHODS
 from sb3_async.env_pool.buffers import SharedBuffers
 from sb3_async.env_pool.groups import EnvError, Workers
 from sb3_async.env_pool.layout import default_layout, probe_step_seconds, synchronous_layout
@@ -38,6 +37,7 @@ from sb3_async.env_pool.multi_agent import DEAD_AGENTS, agent_slots_factory
 from sb3_async.env_pool.processes import ProcessWorkers
 from sb3_async.env_pool.remote import RemoteCalls
 from sb3_async.env_pool.worker import SPIN_SECONDS, EnvFactory, EnvWorker
+from sb3_async.runtime.processes import START_METHODS
 from sb3_async.validation import check_backend, check_int
 
 __all__ = [

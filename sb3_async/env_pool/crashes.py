@@ -11,9 +11,9 @@ from typing import Any
 
 import cloudpickle
 
-from sb3_async.common.runtime.processes import WorkerError
 from sb3_async.env_pool.buffers import FINAL_OBS, OBJECTS
 from sb3_async.env_pool.groups import PoolGroups, WorkerRespawned
+from sb3_async.runtime.processes import WorkerError
 
 __all__ = ["WorkerCrashes"]
 

@@ -17,8 +17,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.error import ClosedEnvironmentError
 
-from sb3_async.common.runtime.processes import WorkerError
 from sb3_async.env_pool.buffers import SharedBuffers, same_layout
+from sb3_async.runtime.processes import WorkerError
 
 __all__ = ["EnvError", "PoolClosedError", "SpacesDifferError", "PoolGroups", "WorkerRespawned", "Workers"]
 

@@ -1,5 +1,5 @@
 """The pool's worker processes (``backend="mp"``): one process per group of envs on this machine, started through
-:mod:`sb3_async.common.runtime.processes`, the shared buffers mapped in each.
+:mod:`sb3_async.runtime.processes`, the shared buffers mapped in each.
 
 A step is one byte to the worker (:data:`~sb3_async.env_pool.worker.STEP`, with the ids when not every env of the
 group steps) and an empty reply unless an info is not empty (infos of numbers packed:
@@ -22,10 +22,10 @@ from typing import Any
 
 import cloudpickle
 
-from sb3_async.common.runtime.processes import Launcher
 from sb3_async.env_pool.buffers import SharedBuffers
 from sb3_async.env_pool.info_codec import PACKED, InfoUnpacker
 from sb3_async.env_pool.worker import dumps, env_worker_main, step_message
+from sb3_async.runtime.processes import Launcher
 
 __all__ = ["ProcessWorkers"]
 

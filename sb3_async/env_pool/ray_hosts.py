@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from sb3_async.common.runtime import ray_connect
-from sb3_async.common.runtime.processes import Launcher
+from sb3_async.runtime import ray_connect
+from sb3_async.runtime.processes import Launcher
 from sb3_async.validation import check_nonnegative
 
 if TYPE_CHECKING:

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from sb3_async.common.runtime.processes import WorkerError
 from sb3_async.env_pool.groups import EnvError, WorkerRespawned
 from sb3_async.env_pool.steps import StepBookkeeping
 from sb3_async.env_pool.worker import Missing
+from sb3_async.runtime.processes import WorkerError
 
 __all__ = ["RemoteCalls"]
 

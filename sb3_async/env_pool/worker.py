@@ -30,10 +30,10 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 
-from sb3_async.common.runtime.processes import report_and_exit, watch_parent
 from sb3_async.env_pool.buffers import FINAL_INFO, FINAL_OBS, OBJECTS, SharedBuffers
 from sb3_async.env_pool.info_codec import InfoPacker
 from sb3_async.env_pool.multi_agent import AgentSlots, as_agent_slots
+from sb3_async.runtime.processes import report_and_exit, watch_parent
 
 __all__ = [
     "FINAL_INFO",

@@ -36,7 +36,7 @@ import numpy as np
 
 from sb3_async.benchmark.plan import RunSpec
 from sb3_async.benchmark.records import PeakMemory, emit, failed_record, identity, json_safe
-from sb3_async.common.runtime.processes import watch_parent_from_env
+from sb3_async.runtime.processes import watch_parent_from_env
 
 #: A batch of observations -> a batch of actions, deterministic, from the policy as it is now.
 Policy = Callable[[np.ndarray], np.ndarray]

@@ -6,9 +6,9 @@
 written once, what supervises them: the start methods, the parent-death watch (:func:`watch_parent`,
 :func:`watch_parent_from_env`), the error that names a failed worker (:func:`report_and_exit`, :class:`WorkerError`)
 and the stopping (:meth:`Launcher.stop`, :meth:`Launcher.kill`; Ray actors:
-:func:`sb3_async.common.runtime.ray_connect.release_ray`).
+:func:`sb3_async.runtime.ray_connect.release_ray`).
 
-They live apart from :mod:`sb3_async.common.runtime` (which imports torch) so that env workers
+They live apart from :mod:`sb3_async.runtime` (which imports torch) so that env workers
 (:class:`sb3_async.AsyncEnvPool`) can use them without importing torch.
 """
 
@@ -305,13 +305,13 @@ class Launcher:
     @staticmethod
     def ray_cluster(ray: Any, **init_kwargs: Any) -> None:
         """Connect to a Ray cluster, or start a local one (``address="local"``): ``ray.init(**init_kwargs)``, the one
-        place sb3_async starts Ray's processes; :func:`sb3_async.common.runtime.ray_connect.release_ray` shuts it down."""
+        place sb3_async starts Ray's processes; :func:`sb3_async.runtime.ray_connect.release_ray` shuts it down."""
         ray.init(**init_kwargs)
 
     @staticmethod
     def actor(ray: Any, cls: type, name: str, num_cpus: float, *args: Any) -> Any:
         """Start one Ray actor of ``cls``: named ``name`` in the :data:`RAY_NAMESPACE` namespace (so
-        :func:`sb3_async.common.runtime.ray_connect.release_ray` finds it and kills it), owned by this driver (Ray ends it
+        :func:`sb3_async.runtime.ray_connect.release_ray` finds it and kills it), owned by this driver (Ray ends it
         when the driver dies), spread over the cluster's nodes, asking for ``num_cpus``, and never restarted by Ray
         (restarts are the caller's: it knows which seeds and envs to start again).
 

@@ -1,7 +1,7 @@
 """:func:`make_runtime`: the runtime for a ``backend`` name, the one module that knows every backend.
 
-Kept apart from the backends so that imports go one way: :mod:`~sb3_async.common.runtime.ray_backend` builds on
-:mod:`~sb3_async.common.runtime.mp` (each Ray host runs a ``MultiprocessingRuntime``), and this module imports every backend,
+Kept apart from the backends so that imports go one way: :mod:`~sb3_async.runtime.ray_backend` builds on
+:mod:`~sb3_async.runtime.mp` (each Ray host runs a ``MultiprocessingRuntime``), and this module imports every backend,
 Ray's only when asked for (Ray is optional).
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sb3_async.common.runtime.base import Runtime
-from sb3_async.common.runtime.mp import MultiprocessingRuntime
-from sb3_async.common.runtime.serial import SerialRuntime
+from sb3_async.runtime.base import Runtime
+from sb3_async.runtime.mp import MultiprocessingRuntime
+from sb3_async.runtime.serial import SerialRuntime
 from sb3_async.validation import BACKENDS
 
 __all__ = ["make_runtime"]
@@ -19,8 +19,8 @@ __all__ = ["make_runtime"]
 
 def make_runtime(backend: str, start_method: str, backend_kwargs: dict[str, Any] | None = None) -> Runtime:
     """The runtime for ``backend``: ``"mp"`` (:class:`MultiprocessingRuntime`), ``"ray"``
-    (:class:`~sb3_async.common.runtime.ray_backend.RayRuntime`, its options in ``backend_kwargs``) or ``"serial"``
-    (:class:`~sb3_async.common.runtime.serial.SerialRuntime`: every worker in this process, for debugging)."""
+    (:class:`~sb3_async.runtime.ray_backend.RayRuntime`, its options in ``backend_kwargs``) or ``"serial"``
+    (:class:`~sb3_async.runtime.serial.SerialRuntime`: every worker in this process, for debugging)."""
     backend_kwargs = dict(backend_kwargs or {})
     if backend == "mp":
         if backend_kwargs:
@@ -31,7 +31,7 @@ def make_runtime(backend: str, start_method: str, backend_kwargs: dict[str, Any]
             raise ValueError(f"Invalid backend_kwargs={backend_kwargs!r}: backend='serial' takes none")
         return SerialRuntime()
     if backend == "ray":
-        from sb3_async.common.runtime.ray_backend import RayRuntime  # Ray is optional: imported only when asked for
+        from sb3_async.runtime.ray_backend import RayRuntime  # Ray is optional: imported only when asked for
 
         return RayRuntime(start_method=start_method, **backend_kwargs)
     raise ValueError(f"Invalid backend={backend!r}: expected one of {', '.join(BACKENDS)}")

@@ -1,8 +1,8 @@
-"""``backend="ray"``: the same :class:`~sb3_async.common.runtime.WorkerSpec` objects run as Ray actors on a Ray cluster.
+"""``backend="ray"``: the same :class:`~sb3_async.runtime.WorkerSpec` objects run as Ray actors on a Ray cluster.
 
-Design: one Ray actor (a *host*, :class:`~sb3_async.common.runtime.ray_host.RayHost`) per group of workers, placed with
+Design: one Ray actor (a *host*, :class:`~sb3_async.runtime.ray_host.RayHost`) per group of workers, placed with
 Ray's ``SPREAD`` strategy (by default one group per node of the cluster). A host runs today's
-:class:`~sb3_async.common.runtime.mp.MultiprocessingRuntime` on its workers, so workers on one machine keep sharing memory
+:class:`~sb3_async.runtime.mp.MultiprocessingRuntime` on its workers, so workers on one machine keep sharing memory
 (Hogwild, Ape-X's parameter copy) exactly as with ``backend="mp"``. What shared memory cannot carry between machines,
 the driver (the process calling ``learn()``) carries with one *exchange* call per host in flight at a time:
 
@@ -14,12 +14,12 @@ the driver (the process calling ``learn()``) carries with one *exchange* call pe
 * host → driver: the workers' messages (statistics, Ape-X's NumPy transition blocks), their step count, whether they
   are parked or finished, a worker's failure with its traceback, and the changes the host's workers made to the
   ``synced`` entries since the last exchange, and the rows of the ``owned`` entries its own workers write (a
-  consistent copy, :mod:`~sb3_async.common.runtime.seqlock`). The driver adds them to its copy (DistBelief's
+  consistent copy, :mod:`~sb3_async.runtime.seqlock`). The driver adds them to its copy (DistBelief's
   parameter server: the main process' policy *is* the global copy, so ``save()``, ``predict()`` and callbacks see
   every machine's updates) and each host adds the other hosts' changes to its own copy at the next exchange.
 
 Failures: a host whose Ray actor or node dies makes :meth:`RayRuntime.poll` raise
-:class:`~sb3_async.common.runtime.processes.WorkerError` for each of its workers (A3C and the async Q family stop there);
+:class:`~sb3_async.runtime.processes.WorkerError` for each of its workers (A3C and the async Q family stop there);
 :meth:`RayRuntime.restart` starts a dead worker again, in a new host if its host is gone (Ape-X restarts its actors).
 Hosts are named actors in the ``sb3_async`` namespace, owned by the driver: :meth:`RayRuntime.close` kills them
 (an exception or Ctrl-C included), and Ray removes them if the driver dies, so a user's long-lived cluster keeps
@@ -43,9 +43,9 @@ import cloudpickle
 import numpy as np
 import torch
 
-from sb3_async.common.runtime.base import Runtime, WorkerSpec, restart_seed
-from sb3_async.common.runtime.processes import Launcher, WorkerError
-from sb3_async.common.runtime.ray_connect import (  # the connect / release rules, shared with the env pool's Ray hosts
+from sb3_async.runtime.base import Runtime, WorkerSpec, restart_seed
+from sb3_async.runtime.processes import Launcher, WorkerError
+from sb3_async.runtime.ray_connect import (  # the connect / release rules, shared with the env pool's Ray hosts
     NAMESPACE,
     RAY_INSTALL_HINT,
     check_connect_options,
@@ -54,8 +54,8 @@ from sb3_async.common.runtime.ray_connect import (  # the connect / release rule
     release_ray,
     wait_ready,
 )
-from sb3_async.common.runtime.ray_host import RayHost, entry_tensors, merge_changes
-from sb3_async.common.runtime.seqlock import read_rows, seqlock_groups, write_rows
+from sb3_async.runtime.ray_host import RayHost, entry_tensors, merge_changes
+from sb3_async.runtime.seqlock import read_rows, seqlock_groups, write_rows
 from sb3_async.validation import check_int, check_nonnegative
 
 __all__ = ["NAMESPACE", "RAY_INSTALL_HINT", "RayHost", "RayRuntime", "entry_tensors", "import_ray", "merge_changes"]

@@ -6,8 +6,8 @@ can grow with fragmentation although nothing is leaked. Measured with async n-st
 of 4 envs, 600k env steps): one worker's resident memory went from 244 MB at 100k env steps to 688 MB at 500k (to
 3.8 GB after 2.3M steps in a benchmark run), all of it free memory that ``malloc_trim(0)`` returns; with a trim every
 second it stayed between 221 and 258 MB, each trim taking about 1 ms.
-:class:`~sb3_async.common.runtime.base.WorkerContext` calls :func:`release_free_heap` every
-:data:`TRIM_INTERVAL_SECONDS` from :meth:`~sb3_async.common.runtime.base.WorkerContext.should_stop`.
+:class:`~sb3_async.runtime.base.WorkerContext` calls :func:`release_free_heap` every
+:data:`TRIM_INTERVAL_SECONDS` from :meth:`~sb3_async.runtime.base.WorkerContext.should_stop`.
 """
 
 from __future__ import annotations

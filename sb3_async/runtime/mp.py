@@ -1,8 +1,8 @@
 """``backend="mp"``: the workers as processes on this machine, the default backend and the one a Ray host runs too.
 
-:class:`MultiprocessingRuntime` starts one process per :class:`~sb3_async.common.runtime.base.WorkerSpec` (through
+:class:`MultiprocessingRuntime` starts one process per :class:`~sb3_async.runtime.base.WorkerSpec` (through
 the forkserver, :func:`start_forkserver`), runs each spec's function in it with a
-:class:`~sb3_async.common.runtime.base.WorkerContext` (the worker entry point, ``_worker_main``) and receives what
+:class:`~sb3_async.runtime.base.WorkerContext` (the worker entry point, ``_worker_main``) and receives what
 the workers send.
 
 Guarantees, each covered by a test:
@@ -32,13 +32,13 @@ import cloudpickle
 import torch
 import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reductions for the tensors workers get)
 
-from sb3_async.common.runtime.base import Runtime, WorkerContext, WorkerSpec, restart_seed
-from sb3_async.common.runtime.processes import Launcher, WorkerError, report_and_exit, watch_parent
+from sb3_async.runtime.base import Runtime, WorkerContext, WorkerSpec, restart_seed
+from sb3_async.runtime.processes import Launcher, WorkerError, report_and_exit, watch_parent
 
 _END = "__end__"  # the reader thread's mark that a worker's pipe reached its end (data: the worker's generation)
 
 #: Modules the forkserver imports once, so that each worker starts in a fraction of a second.
-_FORKSERVER_PRELOAD = ["torch", "numpy", "gymnasium", "stable_baselines3", "sb3_async.common.runtime"]
+_FORKSERVER_PRELOAD = ["torch", "numpy", "gymnasium", "stable_baselines3", "sb3_async.runtime"]
 
 
 def start_forkserver() -> None:

@@ -1,5 +1,5 @@
 """Torch-free Ray rules every use of Ray in sb3_async follows to connect and to leave: the algorithms'
-:class:`~sb3_async.common.runtime.ray_backend.RayRuntime` and the env pool's Ray hosts
+:class:`~sb3_async.runtime.ray_backend.RayRuntime` and the env pool's Ray hosts
 (:mod:`sb3_async.env_pool.ray_hosts`).
 
 Connecting (:func:`connect_ray`): a Ray already initialized in this process is used as it is and never shut down by us;
@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from sb3_async.common.runtime.processes import RAY_NAMESPACE, Launcher
+from sb3_async.runtime.processes import RAY_NAMESPACE, Launcher
 
 RAY_INSTALL_HINT = 'backend="ray" needs Ray: pip install "sb3-async[ray]"'
 NAMESPACE = RAY_NAMESPACE  # our actors' Ray namespace

@@ -6,7 +6,7 @@ the rows and keeps the copy only if every version it covers was even and unchang
 again). No process ever waits on a lock, and since each row has a single writer no update is lost.
 
 :class:`~sb3_async.common.normalization.SharedRunningMeanStd` keeps its statistics this way (row ``rank + 1`` is
-worker ``rank``'s accumulator). :class:`~sb3_async.common.runtime.ray_backend.RayRuntime` carries such groups between
+worker ``rank``'s accumulator). :class:`~sb3_async.runtime.ray_backend.RayRuntime` carries such groups between
 machines (``WorkerSpec.owned``): each row is copied from the machine of its writer to every other machine, read and
 written under the same protocol, so a copy is never torn and, one writer per row, the copies agree exactly.
 """

@@ -13,11 +13,11 @@ The same two shapes serve the whole library:
   the learner (the main process or a spec of its own) receives them through :meth:`Runtime.poll`.
 
 :class:`Runtime` is the interface the algorithms talk to; its backends are
-:class:`~sb3_async.common.runtime.mp.MultiprocessingRuntime` (``backend="mp"``),
-:class:`~sb3_async.common.runtime.ray_backend.RayRuntime` (``backend="ray"``) and
-:class:`~sb3_async.common.runtime.serial.SerialRuntime` (``backend="serial"``: threads of the main process, for debugging),
+:class:`~sb3_async.runtime.mp.MultiprocessingRuntime` (``backend="mp"``),
+:class:`~sb3_async.runtime.ray_backend.RayRuntime` (``backend="ray"``) and
+:class:`~sb3_async.runtime.serial.SerialRuntime` (``backend="serial"``: threads of the main process, for debugging),
 chosen by
-:func:`~sb3_async.common.runtime.factory.make_runtime`.
+:func:`~sb3_async.runtime.factory.make_runtime`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sb3_async.common.runtime.heap import TRIM_INTERVAL_SECONDS, release_free_heap
+from sb3_async.runtime.heap import TRIM_INTERVAL_SECONDS, release_free_heap
 
 
 @dataclass
@@ -49,7 +49,7 @@ class WorkerSpec:
     :param averaged: entries of ``shared`` the workers update in place that each machine keeps for itself (optimizer
         statistics: a sum of several machines' decays would drive them negative); the main process' copy (saved with
         the model) is the mean of the machines' copies
-    :param owned: entries of ``shared`` made of row-per-writer groups (:mod:`~sb3_async.common.runtime.seqlock`: row
+    :param owned: entries of ``shared`` made of row-per-writer groups (:mod:`~sb3_async.runtime.seqlock`: row
         ``rank + 1`` of each group written by worker ``rank`` alone, row 0 by nobody; the shared normalization
         statistics); across machines each row is copied from its writer's machine to the others
     :param published: entries of ``shared`` only the main process writes and the workers read (Ape-X's parameters);
@@ -119,7 +119,7 @@ class WorkerContext:
 
         Workers call it between updates; it is also where a worker parks while the main process has paused the
         workers (:meth:`Runtime.pause`), so a paused worker holds no half-applied update, and where the worker gives
-        its heap's free pages back to the system every few seconds (:mod:`~sb3_async.common.runtime.heap`).
+        its heap's free pages back to the system every few seconds (:mod:`~sb3_async.runtime.heap`).
         """
         now = time.monotonic()
         if now >= self._next_trim:

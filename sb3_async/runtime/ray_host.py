@@ -1,7 +1,7 @@
 """The Ray actor of ``backend="ray"``: a *host* running a group of workers with the
-:class:`~sb3_async.common.runtime.mp.MultiprocessingRuntime` on one node, and the arithmetic of its exchanges with the driver.
+:class:`~sb3_async.runtime.mp.MultiprocessingRuntime` on one node, and the arithmetic of its exchanges with the driver.
 
-The driver side, and the design of the exchanges, is :class:`~sb3_async.common.runtime.ray_backend.RayRuntime`. A host
+The driver side, and the design of the exchanges, is :class:`~sb3_async.runtime.ray_backend.RayRuntime`. A host
 answers one exchange at a time: it takes the driver's flags, step counts and published entries, polls its workers, and
 returns their messages with its own changes to the ``synced`` entries (:func:`merge_changes`) and the rows of the
 ``owned`` entries its workers write.
@@ -15,10 +15,10 @@ import cloudpickle
 import numpy as np
 import torch
 
-from sb3_async.common.runtime.base import WorkerSpec
-from sb3_async.common.runtime.mp import MultiprocessingRuntime
-from sb3_async.common.runtime.processes import WorkerError, main_module_importable
-from sb3_async.common.runtime.seqlock import read_rows, seqlock_groups, write_rows
+from sb3_async.runtime.base import WorkerSpec
+from sb3_async.runtime.mp import MultiprocessingRuntime
+from sb3_async.runtime.processes import WorkerError, main_module_importable
+from sb3_async.runtime.seqlock import read_rows, seqlock_groups, write_rows
 
 __all__ = ["RayHost", "entry_tensors", "merge_changes"]
 
@@ -58,7 +58,7 @@ class RayHost:
     :param blob: the group's specs, cloudpickled
     :param ranks: the global rank of each spec
     :param n_total: workers in the whole run
-    :param seed: base seed of the run (see :func:`~sb3_async.common.runtime.restart_seed` for restarted hosts)
+    :param seed: base seed of the run (see :func:`~sb3_async.runtime.restart_seed` for restarted hosts)
     :param start_timesteps: global steps before this ``learn()`` call
     :param total_timesteps: global step budget
     :param start_method: start method of the host's worker processes

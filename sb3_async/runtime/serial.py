@@ -1,6 +1,6 @@
 """``backend="serial"``: every worker in the caller's process, one after another, for debugging.
 
-:class:`SerialRuntime` runs each :class:`~sb3_async.common.runtime.base.WorkerSpec`'s function in a thread of this process,
+:class:`SerialRuntime` runs each :class:`~sb3_async.runtime.base.WorkerSpec`'s function in a thread of this process,
 but only one thread runs at any time. A baton decides whose turn it is: :meth:`SerialRuntime.poll` hands it to each
 live worker in rank order; a worker runs until its next :meth:`WorkerContext.should_stop` (one segment, one update,
 one actor step) and hands it back. Nothing starts a process.
@@ -8,7 +8,7 @@ one actor step) and hands it back. Nothing starts a process.
 What this gives:
 
 * ``breakpoint()`` in an env, a policy or a worker function stops this process' terminal, a profiler of this process
-  sees every worker (one thread each), and a crash shows up as a :class:`~sb3_async.common.runtime.processes.WorkerError`
+  sees every worker (one thread each), and a crash shows up as a :class:`~sb3_async.runtime.processes.WorkerError`
   with its traceback, as with the other backends;
 * the workers take turns in a fixed order, each with its own random streams (Python's, NumPy's and torch's global
   generators, seeded with the worker's seed at its first turn and set aside between its turns, as if it had a process
@@ -34,8 +34,8 @@ import cloudpickle
 import numpy as np
 import torch
 
-from sb3_async.common.runtime.base import Runtime, WorkerContext, WorkerSpec, restart_seed
-from sb3_async.common.runtime.processes import WorkerError
+from sb3_async.runtime.base import Runtime, WorkerContext, WorkerSpec, restart_seed
+from sb3_async.runtime.processes import WorkerError
 
 __all__ = ["SerialRuntime"]
 
