@@ -20,12 +20,12 @@ if TYPE_CHECKING:
         PrioritizedReplayBufferSamples,
         ReplayStatsCallback,
     )
-    from sb3_async.common.games import GameEvalCallback
     from sb3_async.common.noise import RandomWalkActionNoise
     from sb3_async.common.optimizers import MomentumSGD, SharedRMSprop
     from sb3_async.common.policies import MnihCNN
     from sb3_async.env_pool import AsyncEnvPool
     from sb3_async.env_pool.turns import TurnBasedGame
+    from sb3_async.games import GameEvalCallback
     from sb3_async.runtime.processes import WorkerError
 
 with open(os.path.join(os.path.dirname(__file__), "version.txt")) as file_handler:
@@ -41,7 +41,7 @@ _LAZY = {
     "AsyncOneStepQ": "sb3_async.async_q",
     "AsyncSarsa": "sb3_async.async_q",
     "AsyncEnvPool": "sb3_async.env_pool",
-    "GameEvalCallback": "sb3_async.common.games",
+    "GameEvalCallback": "sb3_async.games",
     "TurnBasedGame": "sb3_async.env_pool.turns",
     "EpisodicDualReplayBuffer": "sb3_async.common.buffers",
     "PrioritizedReplayBuffer": "sb3_async.common.buffers",

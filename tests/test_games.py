@@ -18,8 +18,11 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import sb3_async
-from sb3_async.common.games import (
-    SELF_PLAY_EPSILONS,
+from sb3_async.common.masks import masked_policy
+from sb3_async.common.torch_utils import categorical_logits, sample_actions
+from sb3_async.env_pool import AsyncEnvPool
+from sb3_async.env_pool.turns import TurnBasedGame, is_turn_based
+from sb3_async.games import (
     GameEvalCallback,
     GameResults,
     ModelPlayer,
@@ -28,10 +31,7 @@ from sb3_async.common.games import (
     play_games,
     self_play_epsilons,
 )
-from sb3_async.common.masks import masked_policy
-from sb3_async.common.torch_utils import categorical_logits, sample_actions
-from sb3_async.env_pool import AsyncEnvPool
-from sb3_async.env_pool.turns import TurnBasedGame, is_turn_based
+from sb3_async.games.players import SELF_PLAY_EPSILONS
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -302,7 +302,7 @@ def test_the_games_callback_and_learn_log_rates_per_seat(tmp_path: Any) -> None:
 
 
 def test_seat_statistics_are_the_rates_of_each_seats_episodes() -> None:
-    from sb3_async.common.games import record_seat_statistics
+    from sb3_async.common.supervision import record_seat_statistics
 
     class Recorder:
         def __init__(self) -> None:

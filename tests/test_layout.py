@@ -76,6 +76,7 @@ LAYERS: list[set[str]] = [
     {"env_pool"},  # AsyncEnvPool and its transport
     {"common/buffers"},  # replay buffers (usable with stock SB3)
     {"common"},  # the algorithm framework
+    {"games"},  # players at turn-based games' other seats, and games as an evaluation
     {"a3c", "async_q", "apex", "ae_ddpg"},  # the algorithms
     {"zoo"},  # the RL Zoo's glue
     {"benchmark", "train", "enjoy", "record_video"},  # what a user runs

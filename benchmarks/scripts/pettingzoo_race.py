@@ -205,7 +205,7 @@ def play_off(game: str, seed: int, folder: Path) -> dict:
     from sb3_contrib import MaskablePPO
 
     from sb3_async import A3C
-    from sb3_async.common.games import ModelPlayer, play_games
+    from sb3_async.games import ModelPlayer, play_games
 
     torch.set_num_threads(1)
     name = GAME_ID[game].replace("/", "-")

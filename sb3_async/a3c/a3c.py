@@ -28,6 +28,7 @@ from sb3_async.common.masks import mask_policy, masked_policy, predict_masks
 from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, SoftplusGaussianPolicy
 from sb3_async.common.returns import gae_advantages, nstep_returns
 from sb3_async.common.torch_utils import has_categorical_head, sample_actions, to_tensor
+from sb3_async.games import attach_self_play
 from sb3_async.runtime import WorkerContext, WorkerSpec
 from sb3_async.validation import check_float, check_int
 
@@ -149,7 +150,7 @@ def _a3c_loss(
 def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     """One actor-learner of supp. Algorithm S3; ``n_envs`` envs stepped in lockstep share each update, or with
     ``separate_updates`` are actor-learners of their own: one update per env, from its steps, at the worker's θ'."""
-    worker = HogwildWorker(ctx, cfg)
+    worker = HogwildWorker(ctx, cfg, attach_players=attach_self_play)  # θ' plays turn-based games' other seats
     local = worker.policy  # θ'
     lstm = LstmCarry(local, cfg.n_envs) if isinstance(local, RecurrentActorCriticPolicy) else None
     # with action masks, every pass goes through the policy's masked categorical (acting, log-probabilities, entropy)

@@ -24,12 +24,12 @@ import torch
 from torch import nn
 
 from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transitions
-from sb3_async.common.games import attach_self_play
 from sb3_async.common.masks import mask_reader
 from sb3_async.common.observations import check_finite_observations, check_finite_rewards
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.torch_utils import build_worker_policy
 from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig, make_worker_envs
+from sb3_async.games import attach_self_play
 from sb3_async.runtime import WorkerContext
 
 

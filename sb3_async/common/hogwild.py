@@ -27,7 +27,6 @@ import torch
 from torch import nn
 
 from sb3_async.common.async_algorithm import AsyncAlgorithm
-from sb3_async.common.games import attach_self_play
 from sb3_async.common.masks import mask_reader
 from sb3_async.common.observations import check_finite_observations, check_finite_rewards
 from sb3_async.common.optimizers import OPTIMIZER_NAMES, AsyncOptimizer, WorkerOptimizer, as_async_optimizer, make_optimizer
@@ -110,10 +109,17 @@ class HogwildWorker:
     :param ctx: the worker's context
     :param cfg: the algorithm's worker configuration
     :param local_module: picks the module holding θ' from the worker's policy (default: the whole policy)
+    :param attach_players: called with the env copies, θ' and the worker's seed before the first reset, to seat
+        players in turn-based games (the algorithms pass :func:`sb3_async.games.attach_self_play`: θ' plays the other
+        seats too)
     """
 
     def __init__(
-        self, ctx: WorkerContext, cfg: HogwildWorkerConfig, local_module: Callable[[Any], nn.Module] = lambda policy: policy
+        self,
+        ctx: WorkerContext,
+        cfg: HogwildWorkerConfig,
+        local_module: Callable[[Any], nn.Module] = lambda policy: policy,
+        attach_players: Callable[[Any, Any, int | None], Any] | None = None,
     ):
         self.ctx, self.cfg = ctx, cfg
         self.env = make_worker_envs(ctx, cfg)
@@ -121,7 +127,8 @@ class HogwildWorker:
             cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule, cfg.policy_kwargs
         )
         self.policy.set_training_mode(True)
-        attach_self_play(self.env, self.policy, ctx.seed)  # turn-based games: θ' plays the other seats too
+        if attach_players is not None:
+            attach_players(self.env, self.policy, ctx.seed)
         self.shared_params: list[torch.Tensor] = ctx.shared["params"]
         self.local_params: list[torch.Tensor] = list(local_module(self.policy).parameters())  # θ'
         self.optimizer = WorkerOptimizer(

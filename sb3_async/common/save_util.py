@@ -253,7 +253,10 @@ class AtomicReplaySaves(AtomicSaves):
 
 
 #: Modules that files saved by earlier versions name (in pickled attributes) -> where that code lives now.
-RENAMED_MODULES = {"sb3_async.common.env_util": "sb3_async.common.worker_envs"}
+RENAMED_MODULES = {
+    "sb3_async.common.env_util": "sb3_async.common.worker_envs",
+    "sb3_async.common.games": "sb3_async.games.players",
+}
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ import math
 import sys
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -23,13 +24,26 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import safe_mean
 
 from sb3_async.common.async_metrics import AsyncMetrics
-from sb3_async.common.games import record_seat_statistics
 from sb3_async.common.worker_side import read_obs
 from sb3_async.runtime import Runtime
 from sb3_async.runtime.processes import WorkerError
 
 #: Seconds the workers have to finish after a callback stopped training (their last messages are received meanwhile).
 _STOP_SECONDS = 30.0
+
+
+def record_seat_statistics(logger: Any, episodes: Iterable[dict[str, Any]]) -> None:
+    """Log ``rollout/seat_<k>_ep_rew_mean``, ``_win_rate`` and ``_loss_rate`` over the episodes of turn-based games in
+    ``episodes`` (SB3's ``ep_info_buffer``: those with a ``"seat"``), one set per seat."""
+    by_seat: dict[int, list[dict[str, Any]]] = {}
+    for episode in episodes:
+        if "seat" in episode:
+            by_seat.setdefault(int(episode["seat"]), []).append(episode)
+    for seat, played in sorted(by_seat.items()):
+        results = np.array([episode["result"] for episode in played])
+        logger.record(f"rollout/seat_{seat}_ep_rew_mean", float(np.mean([episode["r"] for episode in played])))
+        logger.record(f"rollout/seat_{seat}_win_rate", float(np.mean(results == 1)))
+        logger.record(f"rollout/seat_{seat}_loss_rate", float(np.mean(results == -1)))
 
 
 class WorkerSupervision(BaseAlgorithm):

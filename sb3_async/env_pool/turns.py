@@ -21,7 +21,7 @@ The other seats' moves come from ``opponent``:
   policy was attached to (an :class:`~sb3_async.env_pool.AsyncEnvPool` used alone) plays them as ``"random"`` does;
 - ``"random"``: a uniformly random legal move;
 - a callable ``player(observation, action_mask) -> action``, for example a saved model
-  (:class:`sb3_async.common.games.ModelPlayer`).
+  (:class:`sb3_async.games.ModelPlayer`).
 
 This module does not import torch; it imports PettingZoo only where a PettingZoo env is already loaded.
 """
