@@ -14,7 +14,7 @@ The modules, one job each:
 - :mod:`sb3_async.zoo.algorithms`: :class:`ZooAlgorithm` (what the zoo builds vs. what the workers need: ``n_envs``
   is ``n_workers * n_envs_per_worker``, the zoo's envs are a template without Monitor files) and the registration;
 - :mod:`sb3_async.zoo.experiment`: :class:`ZooExperimentManager`;
-- :mod:`sb3_async.zoo.multi_agent`: multi-agent PettingZoo envs as ``--env`` (``butterfly/pistonball-v6``,
+- :mod:`sb3_async.zoo.pettingzoo_envs`: multi-agent PettingZoo envs as ``--env`` (``butterfly/pistonball-v6``,
   ``mpe2/simple_spread_v3``), built as :class:`~sb3_async.env_pool.AsyncEnvPool` VecEnvs of ``n_envs`` env copies,
   one slot per agent, for every algorithm (see ``docs/guide/pettingzoo.md``);
 - :mod:`sb3_async.zoo.cli`: the command line of ``sb3_async.train``, ``sb3_async.enjoy`` and ``sb3_async.record_video``.
@@ -36,7 +36,7 @@ from sb3_async.zoo.algorithms import (
 )
 from sb3_async.zoo.cli import cli_help, run_zoo, zoo_argv
 from sb3_async.zoo.experiment import ZooExperimentManager
-from sb3_async.zoo.multi_agent import make_pettingzoo_vec_env, pettingzoo_envs
+from sb3_async.zoo.pettingzoo_envs import make_pettingzoo_vec_env, pettingzoo_envs
 from sb3_async.zoo.samplers import (
     Converter,
     Sampler,

@@ -85,7 +85,7 @@ def resolve_worker_counts(n_envs: int, n_workers: int | None, n_envs_per_worker:
 
 def _check_zoo_env(env: VecEnv) -> DummyVecEnv | PoolVecEnv:
     """The ``DummyVecEnv`` under the zoo's VecEnv wrappers (or the pool of a PettingZoo env's copies, see
-    :mod:`sb3_async.zoo.multi_agent`: one slot per agent, or per game for a turn-based game), or a ``ValueError`` for
+    :mod:`sb3_async.zoo.pettingzoo_envs`: one slot per agent, or per game for a turn-based game), or a ``ValueError`` for
     what workers cannot take."""
     venv: VecEnv = env
     while isinstance(venv, VecEnvWrapper):

@@ -1,6 +1,6 @@
 """The zoo's own ``train``, ``enjoy`` and ``record_video`` commands with our algorithms: :func:`run_zoo` registers
 them, completes the command line (:func:`zoo_argv`: our YAML files, the ``logs`` folder), registers a PettingZoo
-``--env`` (:func:`~sb3_async.zoo.multi_agent.pettingzoo_envs`) and runs the zoo's script, so every zoo flag works."""
+``--env`` (:func:`~sb3_async.zoo.pettingzoo_envs.pettingzoo_envs`) and runs the zoo's script, so every zoo flag works."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from sb3_contrib.common.maskable.utils import get_action_masks
 from sb3_async.common.masks import masking_supported
 from sb3_async.zoo.algorithms import CONFIG_DIR, ZOO_ALGORITHMS, register, zoo_algorithm
 from sb3_async.zoo.experiment import BudgetedTrialEvalCallback, ZooExperimentManager
-from sb3_async.zoo.multi_agent import make_pettingzoo_vec_env, pettingzoo_envs
+from sb3_async.zoo.pettingzoo_envs import make_pettingzoo_vec_env, pettingzoo_envs
 
 
 def _pre_parse(argv: Sequence[str], options: dict[str, tuple[str, ...]], algo_default: str) -> argparse.Namespace:

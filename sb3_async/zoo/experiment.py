@@ -20,7 +20,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from sb3_async.common.masks import masking_supported
 from sb3_async.validation import check_nonnegative
 from sb3_async.zoo.algorithms import zoo_algorithm
-from sb3_async.zoo.multi_agent import env_agents, make_pettingzoo_vec_env, registered_pettingzoo_id
+from sb3_async.zoo.pettingzoo_envs import env_agents, make_pettingzoo_vec_env, registered_pettingzoo_id
 
 
 class BudgetedTrialEvalCallback(TrialEvalCallback):
@@ -79,7 +79,7 @@ class _ContinuedRun:
 class _PettingZooPools:
     """The ``vec_env_class`` the zoo's ``create_envs`` hands SB3's ``make_vec_env`` for a PettingZoo env: it ignores
     the env makers it is given (a gymnasium env per slot cannot be built) and returns a pool of ``len(env_fns)``
-    copies of the env instead (:func:`~sb3_async.zoo.multi_agent.make_pettingzoo_vec_env`)."""
+    copies of the env instead (:func:`~sb3_async.zoo.pettingzoo_envs.make_pettingzoo_vec_env`)."""
 
     def __init__(
         self, pettingzoo_id: str, env_kwargs: dict[str, Any], wrapper_class: Any, vec_env_class: type[VecEnv]

@@ -2,6 +2,6 @@
 
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer, PrioritizedReplayBufferSamples
-from sb3_async.common.buffers.stats import ReplayStatsCallback
+from sb3_async.common.buffers.replay_stats import ReplayStatsCallback
 
 __all__ = ["EpisodicDualReplayBuffer", "PrioritizedReplayBuffer", "PrioritizedReplayBufferSamples", "ReplayStatsCallback"]
