@@ -8,7 +8,7 @@ from sb3_async import AsyncEnvPool
 from sb3_async.env_pool import EnvError
 from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
 
-pytest.importorskip("envpool", reason='engine="envpool" needs EnvPool (pip install "sb3-async[envpool]", Python <= 3.11)')
+pytest.importorskip("envpool", reason='engine="envpool" needs EnvPool (pip install "sb3-async[envpool]", Python 3.11-3.14)')
 
 
 def pool(env_id: str = "CartPole-v1", n_envs: int = 3, **kwargs) -> AsyncEnvPool:

@@ -1,7 +1,8 @@
 """Models saved by an earlier release load and act exactly as they did (the saved-model format stays readable).
 
-``tests/data/saved_models/`` holds one small model of each algorithm saved by sb3-async 0.1.0 (``make.py`` there made
-them), with 16 observations and the deterministic actions that model chose for them when it was saved.
+``tests/data/saved_models/<version>/`` holds one small model of each algorithm saved by that release of sb3-async
+(``make.py`` there made them, run with that release), with 16 observations and the deterministic actions that model chose
+for them when it was saved.
 """
 
 from pathlib import Path
@@ -25,10 +26,14 @@ SAVED = {
 }
 
 
+VERSIONS = ["0.1.0", "0.2.0"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("name", sorted(SAVED))
-def test_a_model_saved_by_0_1_loads_and_acts_the_same(name):
-    model = SAVED[name].load(DATA / f"{name}.zip", device="cpu")
-    recorded = np.load(DATA / f"{name}.npz")
+def test_a_model_saved_by_an_earlier_release_loads_and_acts_the_same(name, version):
+    model = SAVED[name].load(DATA / version / f"{name}.zip", device="cpu")
+    recorded = np.load(DATA / version / f"{name}.npz")
     actions, _ = model.predict(recorded["obs"], deterministic=True)
     if np.issubdtype(recorded["actions"].dtype, np.floating):
         # the same float32 network: CPUs with other matmul kernels (AVX-512 or not) may round the last bit differently

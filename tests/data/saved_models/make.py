@@ -1,4 +1,5 @@
-"""The models of tests/test_saved_models.py, saved by sb3-async 0.1.0: ``python make.py OUT_DIR``."""
+"""The models of tests/test_saved_models.py, saved by the installed sb3-async: ``python make.py OUT_DIR`` (OUT_DIR: the
+release's folder here, e.g. ``0.2.0``)."""
 
 import sys
 from pathlib import Path
