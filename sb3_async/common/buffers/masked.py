@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
+from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer, one_step_block
 
 
 class MaskedPrioritizedReplayBuffer(PrioritizedReplayBuffer):
@@ -45,16 +45,10 @@ class MaskedPrioritizedReplayBuffer(PrioritizedReplayBuffer):
         next_masks: np.ndarray | None = None,
     ) -> None:
         """:meth:`PrioritizedReplayBuffer.add`, with the next states' masks ``(n_envs, n_actions)``."""
-        self.extend(
-            np.asarray(obs)[None],
-            np.asarray(next_obs)[None],
-            np.asarray(action)[None],
-            np.asarray(reward)[None],
-            np.asarray(done)[None],
-            [infos],
-            priorities=None if priorities is None else np.asarray(priorities)[None],
-            next_masks=None if next_masks is None else np.asarray(next_masks)[None],
+        obs, next_obs, action, reward, done, priorities, next_masks = one_step_block(
+            obs, next_obs, action, reward, done, priorities, next_masks
         )
+        self.extend(obs, next_obs, action, reward, done, [infos], priorities=priorities, next_masks=next_masks)
 
     def extend(  # type: ignore[override]
         self,

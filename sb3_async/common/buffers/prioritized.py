@@ -57,6 +57,11 @@ def importance_weights(leaf_values: np.ndarray, min_leaf_value: float, beta: flo
     return (leaf_values / min_leaf_value) ** (-beta)
 
 
+def one_step_block(*arrays: Any) -> list[Any]:
+    """One step's arrays (one row per env) as a block of one step for ``extend()`` (None stays None)."""
+    return [None if array is None else np.asarray(array)[None] for array in arrays]
+
+
 def check_priorities(priorities: np.ndarray, name: str = "priorities") -> np.ndarray:
     """``priorities`` as float64, or a ``ValueError`` naming the argument if any is negative or not finite."""
     priorities = np.asarray(priorities, dtype=np.float64)
@@ -201,15 +206,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         :param priorities: initial priorities ``|delta|`` of the ``n_envs`` transitions (e.g. from an Ape-X actor)
         """
         if self.share_frames:
-            self.extend(
-                np.asarray(obs)[None],
-                np.asarray(next_obs)[None],
-                np.asarray(action)[None],
-                np.asarray(reward)[None],
-                np.asarray(done)[None],
-                [infos],
-                priorities=None if priorities is None else np.asarray(priorities)[None],
-            )
+            obs, next_obs, action, reward, done, priorities = one_step_block(obs, next_obs, action, reward, done, priorities)
+            self.extend(obs, next_obs, action, reward, done, [infos], priorities=priorities)
             return
         new = self._initial_priorities(priorities, self.n_envs)
         pos = self.pos
