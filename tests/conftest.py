@@ -40,7 +40,7 @@ def one_torch_thread():
 @contextlib.contextmanager
 def two_node_cluster():
     """A real two-node Ray cluster on this machine (head + one node, 2 CPUs each), started by "the user" (us here), as
-    tests/test_ray.py and tests/test_ray_env_pool.py use it: never shut down by sb3_async."""
+    tests/runtime/test_ray.py and tests/env_pool/test_ray_env_pool.py use it: never shut down by sb3_async."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
@@ -60,9 +60,9 @@ def two_node_cluster():
 # that schedules the default run (`-n 2` in pyproject.toml) sees node ids only, never markers.
 _ONE_AT_A_TIME = {
     # they start Ray clusters: two side by side would compete for the machine's ports and cores
-    "ray": re.compile(r"tests/test_ray(_env_pool)?\.py::|\[ray\]$|\[docs/guide/ray\.md:\d+\]$"),
+    "ray": re.compile(r"tests/(runtime|env_pool)/test_ray(_env_pool)?\.py::|\[ray\]$|\[docs/guide/ray\.md:\d+\]$"),
     # the peers' short runs start their own processes, and one checks that none of Sample Factory's outlives its run
-    "peers": re.compile(r"tests/test_peers\.py::test_(a_real_peer|sample_factory_appo)_runs_end_to_end\["),
+    "peers": re.compile(r"tests/benchmark/test_peers\.py::test_(a_real_peer|sample_factory_appo)_runs_end_to_end\["),
 }
 
 

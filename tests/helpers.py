@@ -119,7 +119,7 @@ def in_process_context(conn: Any, shared: dict[str, Any] | None = None, total_ti
 
 def check_env_1_error_spares_the_others(pool: AsyncEnvPool) -> None:
     """Envs 0..2 of ``pool``, env 1 raising in its second step: its error names it and the others' results are kept
-    (both engines, tests/test_ray_env_pool.py too)."""
+    (both engines, tests/env_pool/test_ray_env_pool.py too)."""
     pool.reset(seed=0)
     pool.step({0: 0, 1: 0, 2: 0})
     pool.send({0: 0, 1: 0, 2: 0})

@@ -1,5 +1,5 @@
 """Small deterministic envs over every space the env pool supports, to compare its views with SB3's ``DummyVecEnv`` and
-gymnasium's ``SyncVectorEnv`` (tests/test_vec_env_semantics.py, tests/test_gym_vector_env.py).
+gymnasium's ``SyncVectorEnv`` (tests/env_pool/test_vec_env_semantics.py, tests/env_pool/test_gym_vector_env.py).
 
 The classes and functions of this module travel to the workers by value (cloudpickle), so those never import it.
 """

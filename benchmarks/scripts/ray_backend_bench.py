@@ -89,7 +89,7 @@ def run_one(algo: str, backend: str, seconds: float, warmup: float) -> dict[str,
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
 
-    torch.set_num_threads(1)  # the learner shares the cores with the workers (tests/test_apex.py)
+    torch.set_num_threads(1)  # the learner shares the cores with the workers (tests/algorithms/test_apex.py)
     result: dict[str, Any] = dict(algo=algo, backend=backend)
     if backend == "ray":
         import ray

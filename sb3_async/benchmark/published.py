@@ -9,7 +9,7 @@ A published table sits between two markers; the opening one names the command th
     <!-- end generated -->
 
 ``python -m sb3_async.benchmark --sync-docs`` rewrites every such block from its folder (:func:`sync_docs`);
-``tests/test_published_figures.py`` fails when one differs (:func:`check_docs`), so a figure is never typed by hand.
+``tests/benchmark/test_published_figures.py`` fails when one differs (:func:`check_docs`), so a figure is never typed by hand.
 Paths in the commands are relative to the repository's root, where the command is run.
 """
 

@@ -5,7 +5,7 @@ the main process: :class:`EnvPoolGroup` answers the same ``step``/``reset``/``ca
 gymnasium envs, so ids, the PettingZoo and ``send``/``recv`` dialects, ``as_vec_env()`` and the autoreset semantics are
 the pool's own code. ``pip install "sb3-async[envpool]"`` (EnvPool 1.2.5 or later; 1.2.7 has wheels for Python 3.11 to 3.14).
 
-What differs from the gymnasium engine, by EnvPool's design (tested in ``tests/test_envpool_engine.py``):
+What differs from the gymnasium engine, by EnvPool's design (tested in ``tests/env_pool/test_envpool_engine.py``):
 
 * **Env ids** are EnvPool's (``envpool.list_all_envs()``): ``CartPole-v1``, ``HalfCheetah-v5``, ``Pong-v5``...; their
   dynamics are EnvPool's C++ ports, so trajectories differ from gymnasium's for the same seed. ``env_kwargs`` go to

@@ -8,7 +8,7 @@ started training (mid-update, mid-save, anywhere); each new child resumes from t
 replay files both exist (``load``, ``load_replay_buffer``, ``learn(reset_num_timesteps=False)``). The last child runs
 to the end; its model is evaluated on 20 fresh episodes and must score at least 475 - ``--margin``.
 
-    python tests/soak_resume.py --kills 5 --seed 0 --folder /tmp/soak
+    python benchmarks/scripts/soak_resume.py --kills 5 --seed 0 --folder /tmp/soak
 
 Prints the kills, the resumes with their step counts and replay sizes, and the final score; exits 1 if the final
 score is below the threshold.
@@ -81,7 +81,7 @@ def run_child(args: argparse.Namespace, kill_after: float | None) -> bool:
     killed (False: it finished)."""
     command = [sys.executable, __file__, "--child", "--folder", str(args.folder), "--total", str(args.total)]
     command += ["--save-freq", str(args.save_freq), "--seed", str(args.seed)]
-    root = str(Path(__file__).resolve().parents[1])  # this checkout's sb3_async, wherever the script is run from
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's sb3_async, wherever the script is run from
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True, env=env)
     training = threading.Event()

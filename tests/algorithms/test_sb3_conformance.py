@@ -34,7 +34,7 @@ from tests.helpers import ALGORITHM_NAMES, small_model
 Q_FAMILY = [AsyncOneStepQ, AsyncSarsa, AsyncNStepQ]
 ALL = [A3C, *Q_FAMILY]
 PEER = {A3C: A2C, AsyncOneStepQ: DQN, AsyncSarsa: DQN, AsyncNStepQ: DQN}
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _image_env() -> gym.Env:

@@ -6,7 +6,7 @@ Each test below names the gymnasium tests whose checks it ports (several gymnasi
 :data:`PORTED` maps every other gymnasium test to its port, and ``test_every_gymnasium_vector_test_is_accounted_for``
 keeps the two complete.
 
-``SB3_ASYNC_GYM_REFERENCE=sync python -m pytest -n0 tests/test_gymnasium_vector_tests.py`` runs the same tests against
+``SB3_ASYNC_GYM_REFERENCE=sync python -m pytest -n0 tests/env_pool/test_gymnasium_vector_tests.py`` runs the same tests against
 gymnasium's ``SyncVectorEnv`` instead: every test passes there (but for one of AsyncVectorEnv's own behaviours,
 skipped), which shows the ported checks are gymnasium's own.
 """

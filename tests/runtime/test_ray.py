@@ -302,7 +302,7 @@ def test_a_stale_ray_address_file_does_not_stop_a_run():
         env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
         env.update(
             RAY_TMPDIR=str(temp),
-            PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parents[1]), env.get("PYTHONPATH")])),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parents[2]), env.get("PYTHONPATH")])),
         )
         result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240)
         assert result.returncode == 0, result.stderr[-3000:]
@@ -384,9 +384,9 @@ def test_a3c_learns_cartpole_on_two_nodes(cluster, one_torch_thread, tmp_path):
 
 
 @pytest.mark.ray
-@pytest.mark.slow  # 38-57 s; the default run keeps Ape-X's learning check (tests/test_apex.py) and A3C's on the cluster
+@pytest.mark.slow  # 38-57 s; the default run keeps Ape-X's learning check (tests/algorithms/test_apex.py) and A3C's on the cluster
 def test_apex_dqn_learns_cartpole_on_two_nodes(cluster, one_torch_thread, tmp_path):
-    """The zoo configuration of tests/test_apex.py on the cluster, as 2 actors of one env each (one per node): the model
+    """The zoo configuration of tests/algorithms/test_apex.py on the cluster, as 2 actors of one env each (one per node): the model
     learn() returns is the one evaluated >= 475 (38-53 s in 4 runs on an idle machine)."""
     model = zoo_model("apex_dqn", "CartPole-v1", tmp_path, seed=0, n_actors=2, n_envs_per_actor=1)
     model.backend = "ray"

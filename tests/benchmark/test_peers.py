@@ -28,7 +28,7 @@ from sb3_async.benchmark.peers.protocol import PeerRun, StopRun
 from sb3_async.benchmark.runner import Progress, execute, machine_info, run_command, suite_info
 from sb3_async.benchmark.stats import group_stats, ratio_rows
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 #: The repository's external peers: adapters of other libraries, out of the package, and their registry.py.
 PEERS = REPO / "benchmarks" / "peers"
 PEERS_PYTHON = REPO / ".venv-peers" / "bin" / "python"

@@ -27,7 +27,7 @@ from sb3_async.benchmark.run_one import EvalClock, true_num_timesteps, worker_ov
 from sb3_async.benchmark.runner import Progress, RunWatch, execute, load_results, machine_info, merge_results
 from sb3_async.benchmark.stats import group_stats, median_to_threshold, ratio, ratio_rows
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 RECORD_FIELDS = {
     "algo", "library", "env", "seed", "hyperparameters", "hyperparameters_source", "seconds_to_threshold",

@@ -28,13 +28,13 @@ from sb3_async import A3C, AEDDPG, AsyncNStepQ, zoo
 from sb3_async.common.atari_wrappers import MaxAndSkipEnv
 from tests.helpers import zoo_build
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # n_envs, n_workers and n_envs_per_worker of the CLI runs: 2 workers on the 2 cores of CI
 SMALL = ["n_envs:2", "n_workers:2", "n_envs_per_worker:1"]
 
 
 def _entries() -> list[tuple[str, str]]:
-    """The entries of the algorithms that run workers (AEDDPG steps its envs in a pool: tests/test_ae_ddpg.py)."""
+    """The entries of the algorithms that run workers (AEDDPG steps its envs in a pool: tests/algorithms/test_ae_ddpg.py)."""
     entries = []
     for path in sorted(zoo.CONFIG_DIR.glob("*.yml")):
         entry = zoo.zoo_algorithm(path.stem)

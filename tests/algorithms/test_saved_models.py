@@ -12,7 +12,7 @@ import pytest
 
 from sb3_async import A3C, AEDDPG, ApeXDPG, ApeXDQN, AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 
-DATA = Path(__file__).parent / "data" / "saved_models"
+DATA = Path(__file__).resolve().parents[1] / "data" / "saved_models"
 
 SAVED = {
     "a3c": A3C,

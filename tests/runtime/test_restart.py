@@ -1,5 +1,5 @@
 """Restarting a dead worker (``Runtime.restart``): Ape-X's actors are restarted and learning goes on, up to
-``max_actor_restarts``; gradient-sharing workers still fail ``learn()`` (tests/test_reliability.py)."""
+``max_actor_restarts``; gradient-sharing workers still fail ``learn()`` (tests/runtime/test_reliability.py)."""
 
 import os
 import signal

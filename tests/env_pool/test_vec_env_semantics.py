@@ -179,7 +179,7 @@ def test_indices_of_other_types_raise_type_error(pair):
 
 def test_set_attr_sets_the_outermost_wrapper_as_dummy_vec_env(pair):
     """SB3's VecEnvs ``setattr`` on the env they hold: an inner env's attribute is shadowed by the wrapper's, not
-    changed (gymnasium's vector envs differ: tests/test_gym_vector_env.py)."""
+    changed (gymnasium's vector envs differ: tests/env_pool/test_gym_vector_env.py)."""
     both(pair, lambda v: v.set_attr("marker", 5, indices=[1]))
     assert both(pair, lambda v: v.get_attr("marker")) == [0, 5, 0]  # found on the wrapper first
     assert [d[1] for d in both(pair, lambda v: v.env_method("describe"))] == [0, 0, 0]  # the inner env's is unchanged

@@ -13,7 +13,7 @@ import pytest
 from sb3_async.benchmark import published
 from sb3_async.benchmark.__main__ import build_parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BLOCKS = [
     block for page in published.published_pages(ROOT) for block in published.find_blocks(page, page.read_text().split("\n"))
 ]

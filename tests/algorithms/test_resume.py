@@ -249,9 +249,9 @@ def test_zoo_checkpoints_resume_with_replay_and_normalization(tmp_path: Path) ->
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_soak_killed_runs_resume_and_still_learn(tmp_path: Path) -> None:
-    """tests/soak_resume.py: ApeXDQN on CartPole-v1 killed with SIGKILL at 5 random moments, resumed each
+    """benchmarks/scripts/soak_resume.py: ApeXDQN on CartPole-v1 killed with SIGKILL at 5 random moments, resumed each
     time from its last checkpoint, still reaches the threshold."""
-    script = Path(__file__).resolve().parent / "soak_resume.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "scripts" / "soak_resume.py"
     command = [sys.executable, str(script), "--kills", "5", "--seed", "0", "--folder", str(tmp_path / "soak")]
     result = subprocess.run(command, capture_output=True, text=True, timeout=1700)
     print(result.stdout)
