@@ -14,7 +14,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy, Mul
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from torch.nn import functional as F
 
-from sb3_async.a3c.recorded_acting import RecordedActing
+from sb3_async.a3c.recorded_activations import RecordedActivationsUpdate
 from sb3_async.common.hogwild import (
     HOGWILD_ENTRIES,
     HogwildAlgorithm,
@@ -156,7 +156,7 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     # with action masks, every pass goes through the policy's masked categorical (acting, log-probabilities, entropy)
     masked = mask_policy(local) if worker.masks is not None else None
     categorical = lstm is None and has_categorical_head(local)
-    recorded = RecordedActing(local) if masked is None and RecordedActing.supports(local) else None
+    recorded = RecordedActivationsUpdate(local) if masked is None and RecordedActivationsUpdate.supports(local) else None
     box = isinstance(cfg.action_space, spaces.Box)
     low, high = (cfg.action_space.low, cfg.action_space.high) if isinstance(cfg.action_space, spaces.Box) else (None, None)
     discrete = isinstance(cfg.action_space, spaces.Discrete)
