@@ -15,7 +15,7 @@ from stable_baselines3.common.logger import configure
 
 from sb3_async import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 from sb3_async.common.exploration import epsilon_greedy, linear_epsilon
-from sb3_async.common.hogwild import HogwildAlgorithm
+from sb3_async.common.gradient_sharing import HogwildAlgorithm
 from sb3_async.common.policies import MnihCNN
 
 FAMILY = [AsyncOneStepQ, AsyncSarsa, AsyncNStepQ]

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from sb3_async import A3C, AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 from sb3_async.a3c.recorded_activations import RecordedActivationsUpdate
-from sb3_async.common.hogwild import Segment
+from sb3_async.common.gradient_sharing import Segment
 from sb3_async.common.policies import A3CCnnPolicy
 
 N_STEPS, N_ENVS = 5, 3

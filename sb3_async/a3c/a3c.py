@@ -15,11 +15,11 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from torch.nn import functional as F
 
 from sb3_async.a3c.recorded_activations import RecordedActivationsUpdate
-from sb3_async.common.hogwild import (
-    HOGWILD_ENTRIES,
+from sb3_async.common.gradient_sharing import (
+    GRADIENT_SHARING_ENTRIES,
+    GradientWorker,
+    GradientWorkerConfig,
     HogwildAlgorithm,
-    HogwildWorker,
-    HogwildWorkerConfig,
     Segment,
     stack_steps,
     tensor_obs,
@@ -36,7 +36,7 @@ SelfA3C = TypeVar("SelfA3C", bound="A3C")
 
 
 @dataclass
-class _A3CWorkerConfig(HogwildWorkerConfig):
+class _A3CWorkerConfig(GradientWorkerConfig):
     ent_coef: float
     vf_coef: float
     normalize_advantage: bool
@@ -96,7 +96,7 @@ class LstmCarry:
         """Values, log-probabilities and entropies of a segment's steps (time-major, as the segment), evaluated with
         gradients from ``states`` and ``episode_starts`` held at its start.
 
-        :param segment: the steps, from :meth:`HogwildWorker.collect`
+        :param segment: the steps, from :meth:`GradientWorker.collect`
         :param actions: the segment's actions, time-major
         :param states: the LSTM states before the segment's first step
         :param episode_starts: whether each env's first observation of the segment starts an episode
@@ -150,7 +150,7 @@ def _a3c_loss(
 def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     """One actor-learner of supp. Algorithm S3; ``n_envs`` envs stepped in lockstep share each update, or with
     ``separate_updates`` are actor-learners of their own: one update per env, from its steps, at the worker's θ'."""
-    worker = HogwildWorker(ctx, cfg, attach_players=attach_self_play)  # θ' plays turn-based games' other seats
+    worker = GradientWorker(ctx, cfg, attach_players=attach_self_play)  # θ' plays turn-based games' other seats
     local = worker.policy  # θ'
     lstm = LstmCarry(local, cfg.n_envs) if isinstance(local, RecurrentActorCriticPolicy) else None
     # with action masks, every pass goes through the policy's masked categorical (acting, log-probabilities, entropy)
@@ -411,6 +411,6 @@ class A3C(HogwildAlgorithm):
             sde_sample_freq=self.sde_sample_freq,
         )
         return [
-            WorkerSpec(_a3c_worker, cfg, self._hogwild_shared(), name=f"a3c-{rank}", **HOGWILD_ENTRIES)
+            WorkerSpec(_a3c_worker, cfg, self._hogwild_shared(), name=f"a3c-{rank}", **GRADIENT_SHARING_ENTRIES)
             for rank in range(self.n_workers)
         ]

@@ -101,7 +101,7 @@ class RecordedActivationsUpdate:
         return self.policy.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy()
 
     def backward(self) -> None:
-        """After the loss's backward pass: the network's gradient from the features' (``HogwildWorker.apply_gradients``'s
+        """After the loss's backward pass: the network's gradient from the features' (``GradientWorker.apply_gradients``'s
         ``after_backward``)."""
         assert self.segment is not None and self.features is not None and self.features.grad is not None
         self.extractor.backward_recorded(self.segment, self.features.grad)

@@ -29,11 +29,11 @@ from sb3_async.common.exploration import (
     linear_epsilon,
     sample_final_epsilons,
 )
-from sb3_async.common.hogwild import (
-    HOGWILD_ENTRIES,
+from sb3_async.common.gradient_sharing import (
+    GRADIENT_SHARING_ENTRIES,
+    GradientWorker,
+    GradientWorkerConfig,
     HogwildAlgorithm,
-    HogwildWorker,
-    HogwildWorkerConfig,
     stack_steps,
     tensor_obs,
 )
@@ -52,7 +52,7 @@ LOSSES = ("mse", "huber")
 
 
 @dataclass
-class _AsyncQWorkerConfig(HogwildWorkerConfig):
+class _AsyncQWorkerConfig(GradientWorkerConfig):
     target: str
     loss: str
     target_update_interval: int
@@ -68,7 +68,7 @@ def _q_values(q_net: QNetwork, obs: Any) -> np.ndarray:
 
 def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
     """One actor-learner of supp. Algorithm S1 (n-step Q) / Algorithm 1 (one-step Q, one-step Sarsa)."""
-    worker = HogwildWorker(ctx, cfg, local_module=lambda policy: policy.q_net, attach_players=attach_self_play)
+    worker = GradientWorker(ctx, cfg, local_module=lambda policy: policy.q_net, attach_players=attach_self_play)
     q_net: QNetwork = worker.policy.q_net  # θ'
     target_net: QNetwork = worker.policy.q_net_target
     shared_target: list[torch.Tensor] = ctx.shared["target_params"]  # θ⁻, read in place: no copy per segment
@@ -186,7 +186,7 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
     :param separate_updates: each env of a worker is an actor-learner of its own, with its own update from its own
         steps (False: one update for all the worker's envs); ``n_workers=2, n_envs_per_worker=8,
         separate_updates=True`` runs the paper's 16 actor-learners on two processes (see
-        :class:`~sb3_async.common.hogwild.HogwildAlgorithm`)
+        :class:`~sb3_async.common.gradient_sharing.HogwildAlgorithm`)
     :param optimizer: ``"shared_rmsprop"`` (paper default), ``"rmsprop"`` or ``"sgd"`` (supp. §1)
     :param optimizer_kwargs: for the optimizer (``alpha=0.99`` from the paper, ``eps``)
     Other parameters as :class:`~sb3_async.A3C`.
@@ -354,8 +354,8 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
                     cfg,
                     dict(shared),
                     name=f"{self.target}-{rank}",
-                    synced=HOGWILD_ENTRIES["synced"],
-                    averaged=(*HOGWILD_ENTRIES["averaged"], "target_params"),  # θ⁻: each machine refreshes its own
+                    synced=GRADIENT_SHARING_ENTRIES["synced"],
+                    averaged=(*GRADIENT_SHARING_ENTRIES["averaged"], "target_params"),  # θ⁻: each machine refreshes its own
                 )
             )
         return specs

@@ -7,11 +7,11 @@ in the loss, so the rest lives here:
 
 * main process: :class:`HogwildAlgorithm` validates the optimizer arguments, replaces the policy's optimizer by the
   paper's lock-free one, shares parameters and optimizer statistics with the workers and saves both with the model;
-* workers: :class:`HogwildWorker` builds the env copies, the private policy θ', the optimizer view on the shared
-  statistics and the statistics reporter; runs the segment loop (:meth:`HogwildWorker.collect`, time-limit
-  truncations bootstrapped), splits a segment among its actor-learners (:meth:`HogwildWorker.actor_learners`: the
+* workers: :class:`GradientWorker` builds the env copies, the private policy θ', the optimizer view on the shared
+  statistics and the statistics reporter; runs the segment loop (:meth:`GradientWorker.collect`, time-limit
+  truncations bootstrapped), splits a segment among its actor-learners (:meth:`GradientWorker.actor_learners`: the
   worker's envs together, or with ``separate_updates`` each env alone, the paper's many actor-learners on few
-  processes) and applies updates (:meth:`HogwildWorker.apply_gradients`), reporting each update's
+  processes) and applies updates (:meth:`GradientWorker.apply_gradients`), reporting each update's
   policy lag: the shared updates other workers applied between θ' = θ and its own (one counter slot per worker,
   ``shared["updates"]``, summed: no lost increments, no lock).
 """
@@ -36,9 +36,10 @@ from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig, make
 from sb3_async.runtime import WorkerContext
 from sb3_async.validation import check_float
 
-#: How the shared entries of gradient-sharing workers cross machines (``backend="ray"``: Hogwild on each machine's own
-#: copy): θ merged (:attr:`WorkerSpec.synced`), the optimizer statistics per machine (:attr:`WorkerSpec.averaged`).
-HOGWILD_ENTRIES: dict[str, tuple[str, ...]] = dict(synced=("params", "updates"), averaged=("optimizer_state",))
+#: How the shared entries of gradient-sharing workers cross machines (``backend="ray"``: lock-free updates on each
+#: machine's own copy): θ merged (:attr:`WorkerSpec.synced`), the optimizer statistics per machine
+#: (:attr:`WorkerSpec.averaged`).
+GRADIENT_SHARING_ENTRIES: dict[str, tuple[str, ...]] = dict(synced=("params", "updates"), averaged=("optimizer_state",))
 
 
 def stack_steps(items: list[Any]) -> Any:
@@ -59,7 +60,7 @@ def stack_steps(items: list[Any]) -> Any:
 
 
 @dataclass
-class HogwildWorkerConfig(WorkerPolicyConfig):
+class GradientWorkerConfig(WorkerPolicyConfig):
     """What a gradient-sharing worker needs; algorithms subclass it with their own hyperparameters."""
 
     max_grad_norm: float | None
@@ -103,8 +104,9 @@ class Segment:
         )
 
 
-class HogwildWorker:
-    """Worker-side machinery of one actor-learner: env copies, θ', optimizer, statistics.
+class GradientWorker:
+    """The worker side of a gradient-sharing algorithm: env copies, θ', optimizer, statistics, the segment loop and
+    the lock-free update. The algorithm's worker function builds one and adds its loss.
 
     :param ctx: the worker's context
     :param cfg: the algorithm's worker configuration
@@ -117,7 +119,7 @@ class HogwildWorker:
     def __init__(
         self,
         ctx: WorkerContext,
-        cfg: HogwildWorkerConfig,
+        cfg: GradientWorkerConfig,
         local_module: Callable[[Any], nn.Module] = lambda policy: policy,
         attach_players: Callable[[Any, Any, int | None], Any] | None = None,
     ):
@@ -318,7 +320,7 @@ class HogwildAlgorithm(AsyncAlgorithm):
         as_async_optimizer(self.policy.optimizer).share_memory()
 
     def _hogwild_config(self, n_steps: int, gamma: float) -> dict[str, Any]:
-        """The fields of :class:`HogwildWorkerConfig` for this model."""
+        """The fields of :class:`GradientWorkerConfig` for this model."""
         optimizer = as_async_optimizer(self.policy.optimizer)
         return dict(
             **self._worker_policy_config(n_steps, gamma),
