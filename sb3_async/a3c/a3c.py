@@ -15,11 +15,12 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from torch.nn import functional as F
 
 from sb3_async.a3c.recorded_activations import RecordedActivationsUpdate
+from sb3_async.common.async_algorithm import AsyncAlgorithm
 from sb3_async.common.gradient_sharing import (
     GRADIENT_SHARING_ENTRIES,
+    GradientSharing,
     GradientWorker,
     GradientWorkerConfig,
-    HogwildAlgorithm,
     Segment,
     stack_steps,
     tensor_obs,
@@ -233,7 +234,7 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     worker.close()
 
 
-class A3C(HogwildAlgorithm):
+class A3C(AsyncAlgorithm):
     """Asynchronous Advantage Actor-Critic (A3C).
 
     Paper: Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning", https://arxiv.org/abs/1602.01783
@@ -348,6 +349,8 @@ class A3C(HogwildAlgorithm):
         sde_sample_freq = check_int("sde_sample_freq", sde_sample_freq, minimum=-1)
         if use_sde:  # SB3's OnPolicyAlgorithm passes it to the policy the same way
             policy_kwargs = {**(policy_kwargs or {}), "use_sde": True}
+        #: the lock-free optimizer and what the workers share
+        self.gradient_sharing = GradientSharing(optimizer, optimizer_kwargs, max_grad_norm, separate_updates)
         super().__init__(
             policy,
             env,
@@ -367,10 +370,6 @@ class A3C(HogwildAlgorithm):
             seed=seed,
             device="cpu",
             supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary),
-            optimizer=optimizer,
-            optimizer_kwargs=optimizer_kwargs,
-            max_grad_norm=max_grad_norm,
-            separate_updates=separate_updates,
         )
         self.use_sde, self.sde_sample_freq = bool(use_sde), sde_sample_freq  # after BaseAlgorithm's defaults
         if _init_setup_model:
@@ -382,7 +381,19 @@ class A3C(HogwildAlgorithm):
         if self.use_sde and not policy.use_sde:
             raise ValueError(f"Invalid use_sde=True: {self.policy_class.__name__} has no gSDE head (use 'MlpPolicy')")
         self.policy = policy.to(torch.device("cpu"))
-        self._setup_optimizer()
+        if "optimizer_name" in self.__dict__:  # loaded from a model saved with these hyperparameters as attributes
+            self.gradient_sharing = GradientSharing.from_saved_attributes(self.__dict__)
+        # the paper's lock-free optimizer replaces the policy's own (its statistics are saved with the model)
+        self.policy.optimizer = self.gradient_sharing.make_optimizer(self.policy, self.lr_schedule(1.0))
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        return ["policy", "policy.optimizer"], []
+
+    def _share_state(self) -> None:
+        self.gradient_sharing.share(self.policy, self.n_workers)
+
+    def _async_counters(self) -> dict[str, float] | None:
+        return self.gradient_sharing.counters()
 
     def predict(  # type: ignore[override]
         self,
@@ -402,7 +413,8 @@ class A3C(HogwildAlgorithm):
 
     def _worker_specs(self) -> list[WorkerSpec]:
         cfg = _A3CWorkerConfig(
-            **self._hogwild_config(self.n_steps, self.gamma),
+            **self._worker_policy_config(self.n_steps, self.gamma),
+            **self.gradient_sharing.worker_config(self.policy.optimizer),
             ent_coef=self.ent_coef,
             vf_coef=self.vf_coef,
             normalize_advantage=self.normalize_advantage,
@@ -410,7 +422,8 @@ class A3C(HogwildAlgorithm):
             use_sde=self.use_sde,
             sde_sample_freq=self.sde_sample_freq,
         )
+        shared = self.gradient_sharing.shared(self.policy, self.policy.optimizer)
         return [
-            WorkerSpec(_a3c_worker, cfg, self._hogwild_shared(), name=f"a3c-{rank}", **GRADIENT_SHARING_ENTRIES)
+            WorkerSpec(_a3c_worker, cfg, shared, name=f"a3c-{rank}", **GRADIENT_SHARING_ENTRIES)
             for rank in range(self.n_workers)
         ]

@@ -20,6 +20,7 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.dqn.policies import DQNPolicy, MultiInputPolicy, QNetwork
 from torch.nn import functional as F
 
+from sb3_async.common.async_algorithm import AsyncAlgorithm
 from sb3_async.common.epsilon_greedy import EpsilonGreedyPredict
 from sb3_async.common.exploration import (
     PAPER_FINAL_EPSILON_PROBS,
@@ -31,9 +32,9 @@ from sb3_async.common.exploration import (
 )
 from sb3_async.common.gradient_sharing import (
     GRADIENT_SHARING_ENTRIES,
+    GradientSharing,
     GradientWorker,
     GradientWorkerConfig,
-    HogwildAlgorithm,
     stack_steps,
     tensor_obs,
 )
@@ -154,7 +155,7 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
     worker.close()
 
 
-class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
+class AsyncQLearning(EpsilonGreedyPredict, AsyncAlgorithm):
     """Base class of the asynchronous value-based methods (Mnih et al. 2016, "Asynchronous Methods for Deep
     Reinforcement Learning", https://arxiv.org/abs/1602.01783, §4 and supp. Algorithm S1). Use one of
     :class:`AsyncOneStepQ`, :class:`AsyncSarsa`, :class:`AsyncNStepQ`.
@@ -173,8 +174,8 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
     :param exploration_final_eps: the final ε: a float (every env), or a tuple of values that each env draws from
         with ``exploration_final_eps_probs``; the paper's (0.1, 0.01, 0.5) (supp. §2). The paper draws one ε per
         actor-learner thread, each stepping one env; here each env draws its own (a worker steps several envs), so
-        16 envs keep the paper's mix of 16 threads however they are spread over workers (with one draw per worker,
-        2 workers on CartPole-v1 ended without any ε = 0.5 env in 3 of 4 seeds: docs/benchmarks.md "final_policy")
+        16 envs keep the paper's mix of 16 threads however they are spread over workers (one draw per worker can leave
+        no env at ε = 0.5: docs/benchmarks.md "final_policy")
     :param exploration_final_eps_probs: probabilities of ``exploration_final_eps``; the paper's (0.4, 0.3, 0.3)
     :param exploration_fraction: share of training over which ε is annealed; 0.1, the paper's 4 million frames in
         a 10M-step (40M-frame) Atari run; SB3's DQN default too
@@ -183,10 +184,7 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
     :param n_workers: actor-learner processes; default the CPU count (the paper: 16 threads)
     :param n_envs_per_worker: envs per worker stepped together (1 in the paper); the loss sums over a segment's steps
         and averages over the envs of an update
-    :param separate_updates: each env of a worker is an actor-learner of its own, with its own update from its own
-        steps (False: one update for all the worker's envs); ``n_workers=2, n_envs_per_worker=8,
-        separate_updates=True`` runs the paper's 16 actor-learners on two processes (see
-        :class:`~sb3_async.common.gradient_sharing.HogwildAlgorithm`)
+    :param separate_updates: each env of a worker is an actor-learner of its own (see :class:`~sb3_async.A3C`)
     :param optimizer: ``"shared_rmsprop"`` (paper default), ``"rmsprop"`` or ``"sgd"`` (supp. §1)
     :param optimizer_kwargs: for the optimizer (``alpha=0.99`` from the paper, ``eps``)
     Other parameters as :class:`~sb3_async.A3C`.
@@ -252,6 +250,8 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
             raise ValueError(f"Invalid loss={loss!r}: expected one of {', '.join(LOSSES)}")
         self.loss = loss
         self.worker_final_eps: np.ndarray | None = None
+        #: the lock-free optimizer and what the workers share
+        self.gradient_sharing = GradientSharing(optimizer, optimizer_kwargs, max_grad_norm, separate_updates)
         super().__init__(
             policy,
             env,
@@ -271,10 +271,6 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
             seed=seed,
             device="cpu",
             supported_action_spaces=(spaces.Discrete,),
-            optimizer=optimizer,
-            optimizer_kwargs=optimizer_kwargs,
-            max_grad_norm=max_grad_norm,
-            separate_updates=separate_updates,
         )
         if _init_setup_model:
             self._setup_model()
@@ -286,7 +282,10 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
         self.policy.q_net_target.load_state_dict(self.policy.q_net.state_dict())  # θ⁻ ← θ
         self.policy.q_net_target.set_training_mode(False)
         self._create_aliases()
-        self._setup_optimizer()
+        if "optimizer_name" in self.__dict__:  # loaded from a model saved with these hyperparameters as attributes
+            self.gradient_sharing = GradientSharing.from_saved_attributes(self.__dict__)
+        # the paper's lock-free optimizer over θ replaces the policy's own (its statistics are saved with the model)
+        self.policy.optimizer = self.gradient_sharing.make_optimizer(self.policy.q_net, self.lr_schedule(1.0))
 
     def _create_aliases(self) -> None:
         # The names DQN users know: the online network θ and the target network θ⁻.
@@ -305,8 +304,14 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
     def load_replay_buffer(self, path: Any, truncate_last_traj: bool = True) -> None:
         self.save_replay_buffer(path)
 
-    def _trained_module(self) -> torch.nn.Module:
-        return self.policy.q_net
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        return ["policy", "policy.optimizer"], []
+
+    def _share_state(self) -> None:
+        self.gradient_sharing.share(self.policy, self.n_workers)
+
+    def _async_counters(self) -> dict[str, float] | None:
+        return self.gradient_sharing.counters()
 
     @property
     def exploration_rate(self) -> float:
@@ -330,10 +335,13 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
         return self.worker_final_eps
 
     def _worker_specs(self) -> list[WorkerSpec]:
-        base = self._hogwild_config(self.n_steps, self.gamma)
+        base = {
+            **self._worker_policy_config(self.n_steps, self.gamma),
+            **self.gradient_sharing.worker_config(self.policy.optimizer),
+        }
         target_updates = torch.full((1,), self.num_timesteps // self.target_update_interval, dtype=torch.int64)
         shared = {
-            **self._hogwild_shared(),
+            **self.gradient_sharing.shared(self.policy.q_net, self.policy.optimizer),
             "target_params": list(self.policy.q_net_target.parameters()),
             "target_updates": target_updates.share_memory_(),
         }

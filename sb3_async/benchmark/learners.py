@@ -174,8 +174,8 @@ def _a3c(env: Any, policy: str, n_envs: int, **kwargs: Any) -> Callable[[bool], 
             loss.backward()
             if recorded is not None and not reference:
                 recorded.backward()
-            if model.max_grad_norm is not None:
-                clip_grad_norm(list(policy_net.parameters()), model.max_grad_norm)
+            if model.gradient_sharing.max_grad_norm is not None:
+                clip_grad_norm(list(policy_net.parameters()), model.gradient_sharing.max_grad_norm)
             policy_net.optimizer.step()
 
         return update
