@@ -121,36 +121,9 @@ def _as_float(flags: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(flags, dtype=torch.float32)
 
 
-def _a3c_loss(
-    cfg: _A3CWorkerConfig,
-    segment: Segment,
-    values: torch.Tensor,
-    log_prob: torch.Tensor,
-    entropy: torch.Tensor | None,
-    last_values: np.ndarray,
-) -> dict[str, torch.Tensor]:
-    """Supp. Algorithm S3's loss of one actor-learner's segment (time-major ``values``, ``log_prob``, ``entropy``;
-    ``last_values``: V(s_t; θ'_v) after it, 0 for a terminal s_t via the dones), with its parts."""
-    rewards, dones = np.stack(segment.rewards), np.stack(segment.dones)
-    if cfg.gae_lambda == 1.0:  # the paper's n-step returns, exactly
-        returns = torch.as_tensor(nstep_returns(rewards, dones, last_values, cfg.gamma)).flatten()
-        advantages = returns - values.detach()
-    else:
-        segment_values = values.detach().numpy().reshape(rewards.shape)
-        gae, gae_returns = gae_advantages(rewards, segment_values, dones, last_values, cfg.gamma, cfg.gae_lambda)
-        advantages, returns = torch.as_tensor(gae).flatten(), torch.as_tensor(gae_returns).flatten()
-    if cfg.normalize_advantage and advantages.numel() > 1:
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    policy_loss = -(advantages * log_prob).mean()  # ∇ log π(a_i|s_i; θ') (R - V(s_i; θ'_v))
-    value_loss = F.mse_loss(values, returns)  # ∂(R - V(s_i; θ'_v))² / ∂θ'_v
-    entropy_loss = -entropy.mean() if entropy is not None else log_prob.mean()
-    loss = policy_loss + cfg.ent_coef * entropy_loss + cfg.vf_coef * value_loss
-    return dict(loss=loss, policy_loss=policy_loss, value_loss=value_loss, entropy_loss=entropy_loss)
-
-
 def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
-    """One actor-learner of supp. Algorithm S3; ``n_envs`` envs stepped in lockstep share each update, or with
-    ``separate_updates`` are actor-learners of their own: one update per env, from its steps, at the worker's θ'."""
+    """A worker of supp. Algorithm S3: its ``n_envs`` envs stepped in lockstep, each segment's update from
+    :meth:`A3C.loss` (one per env with ``separate_updates``)."""
     worker = GradientWorker(ctx, cfg, attach_players=attach_self_play)  # θ' plays turn-based games' other seats
     local = worker.policy  # θ'
     lstm = LstmCarry(local, cfg.n_envs) if isinstance(local, RecurrentActorCriticPolicy) else None
@@ -226,7 +199,7 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
                 values, log_prob, entropy = recorded.evaluate_actions(actions, rows)
             else:
                 values, log_prob, entropy = local.evaluate_actions(tensor_obs(part.obs), actions)
-            losses = _a3c_loss(cfg, part, values.flatten(), log_prob, entropy, last_values[envs])
+            losses = A3C.loss(cfg, part, values.flatten(), log_prob, entropy, last_values[envs])
             after_backward = recorded.backward if recorded is not None else None
             worker.apply_gradients(losses.pop("loss"), len(part), after_backward, n_envs=len(envs))
             worker.reporter.record_train(**{name: loss.item() for name, loss in losses.items()})
@@ -410,6 +383,33 @@ class A3C(AsyncAlgorithm):
             return super().predict(observation, state, episode_start, deterministic)
         with masked_policy(self.policy, predict_masks(action_masks, self.action_space)):
             return super().predict(observation, state, episode_start, deterministic)
+
+    @staticmethod
+    def loss(
+        cfg: _A3CWorkerConfig,
+        segment: Segment,
+        values: torch.Tensor,
+        log_prob: torch.Tensor,
+        entropy: torch.Tensor | None,
+        last_values: np.ndarray,
+    ) -> dict[str, torch.Tensor]:
+        """Supp. Algorithm S3's loss of one actor-learner's segment (time-major ``values``, ``log_prob``, ``entropy``;
+        ``last_values``: V(s_t; θ'_v) after it, 0 for a terminal s_t via the dones), with its parts."""
+        rewards, dones = np.stack(segment.rewards), np.stack(segment.dones)
+        if cfg.gae_lambda == 1.0:  # the paper's n-step returns, exactly
+            returns = torch.as_tensor(nstep_returns(rewards, dones, last_values, cfg.gamma)).flatten()
+            advantages = returns - values.detach()
+        else:
+            segment_values = values.detach().numpy().reshape(rewards.shape)
+            gae, gae_returns = gae_advantages(rewards, segment_values, dones, last_values, cfg.gamma, cfg.gae_lambda)
+            advantages, returns = torch.as_tensor(gae).flatten(), torch.as_tensor(gae_returns).flatten()
+        if cfg.normalize_advantage and advantages.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        policy_loss = -(advantages * log_prob).mean()  # ∇ log π(a_i|s_i; θ') (R - V(s_i; θ'_v))
+        value_loss = F.mse_loss(values, returns)  # ∂(R - V(s_i; θ'_v))² / ∂θ'_v
+        entropy_loss = -entropy.mean() if entropy is not None else log_prob.mean()
+        loss = policy_loss + cfg.ent_coef * entropy_loss + cfg.vf_coef * value_loss
+        return dict(loss=loss, policy_loss=policy_loss, value_loss=value_loss, entropy_loss=entropy_loss)
 
     def _worker_specs(self) -> list[WorkerSpec]:
         cfg = _A3CWorkerConfig(

@@ -9,6 +9,7 @@ whose update makes the global counter T cross a multiple of ``target_update_inte
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -35,6 +36,7 @@ from sb3_async.common.gradient_sharing import (
     GradientSharing,
     GradientWorker,
     GradientWorkerConfig,
+    Segment,
     stack_steps,
     tensor_obs,
 )
@@ -54,6 +56,7 @@ LOSSES = ("mse", "huber")
 
 @dataclass
 class _AsyncQWorkerConfig(GradientWorkerConfig):
+    algorithm_class: type[AsyncQLearning]  # whose targets() the worker computes
     target: str
     loss: str
     target_update_interval: int
@@ -67,8 +70,15 @@ def _q_values(q_net: QNetwork, obs: Any) -> np.ndarray:
         return q_net(to_tensor(obs)).numpy()
 
 
+def _next_state_q(segment: Segment, target_q: Callable[[Any], np.ndarray]) -> np.ndarray:
+    """Q(s_{t+1}, ·; θ⁻) of each step of a segment, shape ``(n_steps, n_envs, n_actions)``."""
+    next_q = target_q(stack_steps([*segment.obs[1:], segment.next_obs]))
+    return next_q.reshape(len(segment), len(segment.rewards[0]), next_q.shape[-1])
+
+
 def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
-    """One actor-learner of supp. Algorithm S1 (n-step Q) / Algorithm 1 (one-step Q, one-step Sarsa)."""
+    """A worker of supp. Algorithm S1 (n-step Q) / Algorithm 1 (one-step Q, one-step Sarsa): each segment's targets
+    from the algorithm's :meth:`~AsyncQLearning.targets`, its update from :meth:`AsyncQLearning.td_loss`."""
     worker = GradientWorker(ctx, cfg, local_module=lambda policy: policy.q_net, attach_players=attach_self_play)
     q_net: QNetwork = worker.policy.q_net  # θ'
     target_net: QNetwork = worker.policy.q_net_target
@@ -113,37 +123,16 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
         worker.synchronize()  # θ' = θ
         segment = worker.collect(act_sarsa if sarsa else act, terminal_value)
         n = len(segment)
-        rewards, dones = np.stack(segment.rewards), np.stack(segment.dones)
-        if cfg.target == "n_step_q":
-            last_q = _q_values(target_net, segment.next_obs)
-            targets = nstep_q_targets(rewards, dones, last_q, cfg.gamma, segment.next_masks)
-        else:
-            next_obs = stack_steps([*segment.obs[1:], segment.next_obs])
-            next_q = _q_values(target_net, next_obs).reshape(n, cfg.n_envs, n_actions)
-            if sarsa:
-                next_action = act(segment.next_obs)
-                next_actions[0] = next_action
-                taken_next = np.stack([*segment.actions[1:], next_action])
-                next_q_taken = np.take_along_axis(next_q, taken_next[..., None], axis=2)[..., 0]
-                targets = sarsa_targets(rewards, dones, next_q_taken, cfg.gamma)
-            else:
-                next_masks = None  # with action masks: the legal actions of each next state
-                if segment.next_masks is not None:
-                    next_masks = np.stack([*segment.masks[1:], segment.next_masks]).reshape(-1, n_actions)
-                targets = one_step_q_targets(
-                    rewards.reshape(-1), dones.reshape(-1), next_q.reshape(-1, n_actions), cfg.gamma, next_masks
-                ).reshape(n, cfg.n_envs)
+        next_action = None
+        if sarsa:  # a' of the segment's last step, taken at the next segment's first step
+            next_action = next_actions[0] = act(segment.next_obs)
+        targets = cfg.algorithm_class.targets(segment, lambda obs: _q_values(target_net, obs), next_action, cfg.gamma)
         all_actions = torch.as_tensor(stack_steps(segment.actions), dtype=torch.long).reshape(-1, 1)  # time-major
         all_targets = torch.as_tensor(targets.reshape(-1))
         for envs, rows in worker.actor_learners(n):  # the worker's envs together, or each env alone (separate_updates)
             obs = segment.obs if rows is None else segment.select(envs).obs
             actions, y = (all_actions, all_targets) if rows is None else (all_actions[rows], all_targets[rows])
-            q_taken = q_net(tensor_obs(obs)).gather(1, actions).flatten()
-            # dθ accumulated over the segment: Σ_t ∂(y_t - Q(s_t, a_t; θ'))² / ∂θ' (mean over the envs it learns from)
-            if cfg.loss == "mse":
-                loss = F.mse_loss(q_taken, y, reduction="sum") / len(envs)
-            else:
-                loss = F.smooth_l1_loss(q_taken, y, reduction="sum") / len(envs)
+            loss = AsyncQLearning.td_loss(q_net, tensor_obs(obs), actions, y, cfg.loss, len(envs))
             global_steps = worker.apply_gradients(loss, n, n_envs=len(envs))  # asynchronous update of θ using dθ
             refresh = global_steps // cfg.target_update_interval
             if refresh > int(target_updates[0]):  # "if T mod I_target == 0 then θ⁻ ← θ"
@@ -334,6 +323,36 @@ class AsyncQLearning(EpsilonGreedyPredict, AsyncAlgorithm):
                 print(f"{type(self).__name__}: final ε of each worker's envs: {self.worker_final_eps.tolist()}")
         return self.worker_final_eps
 
+    @staticmethod
+    def targets(
+        segment: Segment, target_q: Callable[[Any], np.ndarray], next_action: np.ndarray | None, gamma: float
+    ) -> np.ndarray:
+        """The targets y of a segment's steps, shape ``(n_steps, n_envs)``; each subclass computes its own.
+
+        :param segment: the steps, from :meth:`~sb3_async.common.gradient_sharing.GradientWorker.collect`
+        :param target_q: Q(s, ·; θ⁻) of a batch of observations
+        :param next_action: Sarsa's a' in the state after the segment (None for the other targets)
+        :param gamma: the discount factor
+        """
+        raise NotImplementedError(f"{AsyncQLearning.__name__} has no target: use AsyncOneStepQ, AsyncSarsa or AsyncNStepQ")
+
+    @staticmethod
+    def td_loss(
+        q_net: QNetwork, obs: Any, actions: torch.Tensor, targets: torch.Tensor, loss: str, n_envs: int
+    ) -> torch.Tensor:
+        """dθ accumulated over a segment: Σ_t ∂(y_t - Q(s_t, a_t; θ'))² / ∂θ' (``loss="huber"``: SB3's DQN loss), the
+        mean over the ``n_envs`` envs it learns from.
+
+        :param q_net: θ'
+        :param obs: the segment's observations, time-major
+        :param actions: the actions taken, shape ``(n_steps * n_envs, 1)``
+        :param targets: y of each step, from :meth:`targets`
+        """
+        q_taken = q_net(obs).gather(1, actions).flatten()
+        if loss == "mse":
+            return F.mse_loss(q_taken, targets, reduction="sum") / n_envs
+        return F.smooth_l1_loss(q_taken, targets, reduction="sum") / n_envs
+
     def _worker_specs(self) -> list[WorkerSpec]:
         base = {
             **self._worker_policy_config(self.n_steps, self.gamma),
@@ -349,6 +368,7 @@ class AsyncQLearning(EpsilonGreedyPredict, AsyncAlgorithm):
         for rank, final_eps in enumerate(self._final_epsilons()):
             cfg = _AsyncQWorkerConfig(
                 **base,
+                algorithm_class=type(self),
                 target=self.target,
                 loss=self.loss,
                 target_update_interval=self.target_update_interval,
@@ -377,6 +397,21 @@ class AsyncOneStepQ(AsyncQLearning):
 
     target = "one_step_q"
 
+    @staticmethod
+    def targets(
+        segment: Segment, target_q: Callable[[Any], np.ndarray], next_action: np.ndarray | None, gamma: float
+    ) -> np.ndarray:
+        """``y = r + γ max_a' Q(s', a'; θ⁻)``, ``r`` at a terminal state (with action masks: the max over the legal
+        actions of s')."""
+        next_q = _next_state_q(segment, target_q)
+        n_steps, n_envs, n_actions = next_q.shape
+        rewards, dones = np.stack(segment.rewards).reshape(-1), np.stack(segment.dones).reshape(-1)
+        next_masks = None  # with action masks: the legal actions of each next state
+        if segment.next_masks is not None:
+            next_masks = np.stack([*segment.masks[1:], segment.next_masks]).reshape(-1, n_actions)
+        targets = one_step_q_targets(rewards, dones, next_q.reshape(-1, n_actions), gamma, next_masks)
+        return targets.reshape(n_steps, n_envs)
+
 
 class AsyncSarsa(AsyncQLearning):
     """Asynchronous one-step Sarsa (Mnih et al. 2016, §4): target ``r + γ Q(s', a'; θ⁻)`` with ``a'`` the action the
@@ -387,6 +422,18 @@ class AsyncSarsa(AsyncQLearning):
 
     target = "sarsa"
 
+    @staticmethod
+    def targets(
+        segment: Segment, target_q: Callable[[Any], np.ndarray], next_action: np.ndarray | None, gamma: float
+    ) -> np.ndarray:
+        """``y = r + γ Q(s', a'; θ⁻)`` with ``a'`` the action taken in ``s'`` (``next_action`` after the segment's
+        last step), ``r`` at a terminal state."""
+        assert next_action is not None
+        next_q = _next_state_q(segment, target_q)
+        taken_next = np.stack([*segment.actions[1:], next_action])
+        next_q_taken = np.take_along_axis(next_q, taken_next[..., None], axis=2)[..., 0]
+        return sarsa_targets(np.stack(segment.rewards), np.stack(segment.dones), next_q_taken, gamma)
+
 
 class AsyncNStepQ(AsyncQLearning):
     """Asynchronous n-step Q-learning (Mnih et al. 2016, supp. Algorithm S1): for each state of a segment, the longest
@@ -396,3 +443,12 @@ class AsyncNStepQ(AsyncQLearning):
     """
 
     target = "n_step_q"
+
+    @staticmethod
+    def targets(
+        segment: Segment, target_q: Callable[[Any], np.ndarray], next_action: np.ndarray | None, gamma: float
+    ) -> np.ndarray:
+        """``y_t = Σ_k γ^k r_{t+k} + γ^(n-t) max_a Q(s_n, a; θ⁻)``, from the state after the segment (s_n; its legal
+        actions with action masks), cut at terminal states."""
+        rewards, dones = np.stack(segment.rewards), np.stack(segment.dones)
+        return nstep_q_targets(rewards, dones, target_q(segment.next_obs), gamma, segment.next_masks)
