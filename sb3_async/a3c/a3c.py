@@ -14,12 +14,13 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy, Mul
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from torch.nn import functional as F
 
-from sb3_async.a3c.recorded_acting import RecordedActing
-from sb3_async.common.hogwild import (
-    HOGWILD_ENTRIES,
-    HogwildAlgorithm,
-    HogwildWorker,
-    HogwildWorkerConfig,
+from sb3_async.a3c.recorded_activations import RecordedActivationsUpdate
+from sb3_async.common.async_algorithm import AsyncAlgorithm
+from sb3_async.common.gradient_sharing import (
+    GRADIENT_SHARING_ENTRIES,
+    GradientSharing,
+    GradientWorker,
+    GradientWorkerConfig,
     Segment,
     stack_steps,
     tensor_obs,
@@ -36,7 +37,7 @@ SelfA3C = TypeVar("SelfA3C", bound="A3C")
 
 
 @dataclass
-class _A3CWorkerConfig(HogwildWorkerConfig):
+class _A3CWorkerConfig(GradientWorkerConfig):
     ent_coef: float
     vf_coef: float
     normalize_advantage: bool
@@ -96,7 +97,7 @@ class LstmCarry:
         """Values, log-probabilities and entropies of a segment's steps (time-major, as the segment), evaluated with
         gradients from ``states`` and ``episode_starts`` held at its start.
 
-        :param segment: the steps, from :meth:`HogwildWorker.collect`
+        :param segment: the steps, from :meth:`GradientWorker.collect`
         :param actions: the segment's actions, time-major
         :param states: the LSTM states before the segment's first step
         :param episode_starts: whether each env's first observation of the segment starts an episode
@@ -120,43 +121,16 @@ def _as_float(flags: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(flags, dtype=torch.float32)
 
 
-def _a3c_loss(
-    cfg: _A3CWorkerConfig,
-    segment: Segment,
-    values: torch.Tensor,
-    log_prob: torch.Tensor,
-    entropy: torch.Tensor | None,
-    last_values: np.ndarray,
-) -> dict[str, torch.Tensor]:
-    """Supp. Algorithm S3's loss of one actor-learner's segment (time-major ``values``, ``log_prob``, ``entropy``;
-    ``last_values``: V(s_t; θ'_v) after it, 0 for a terminal s_t via the dones), with its parts."""
-    rewards, dones = np.stack(segment.rewards), np.stack(segment.dones)
-    if cfg.gae_lambda == 1.0:  # the paper's n-step returns, exactly
-        returns = torch.as_tensor(nstep_returns(rewards, dones, last_values, cfg.gamma)).flatten()
-        advantages = returns - values.detach()
-    else:
-        segment_values = values.detach().numpy().reshape(rewards.shape)
-        gae, gae_returns = gae_advantages(rewards, segment_values, dones, last_values, cfg.gamma, cfg.gae_lambda)
-        advantages, returns = torch.as_tensor(gae).flatten(), torch.as_tensor(gae_returns).flatten()
-    if cfg.normalize_advantage and advantages.numel() > 1:
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    policy_loss = -(advantages * log_prob).mean()  # ∇ log π(a_i|s_i; θ') (R - V(s_i; θ'_v))
-    value_loss = F.mse_loss(values, returns)  # ∂(R - V(s_i; θ'_v))² / ∂θ'_v
-    entropy_loss = -entropy.mean() if entropy is not None else log_prob.mean()
-    loss = policy_loss + cfg.ent_coef * entropy_loss + cfg.vf_coef * value_loss
-    return dict(loss=loss, policy_loss=policy_loss, value_loss=value_loss, entropy_loss=entropy_loss)
-
-
 def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
-    """One actor-learner of supp. Algorithm S3; ``n_envs`` envs stepped in lockstep share each update, or with
-    ``separate_updates`` are actor-learners of their own: one update per env, from its steps, at the worker's θ'."""
-    worker = HogwildWorker(ctx, cfg, attach_players=attach_self_play)  # θ' plays turn-based games' other seats
+    """A worker of supp. Algorithm S3: its ``n_envs`` envs stepped in lockstep, each segment's update from
+    :meth:`A3C.loss` (one per env with ``separate_updates``)."""
+    worker = GradientWorker(ctx, cfg, attach_players=attach_self_play)  # θ' plays turn-based games' other seats
     local = worker.policy  # θ'
     lstm = LstmCarry(local, cfg.n_envs) if isinstance(local, RecurrentActorCriticPolicy) else None
     # with action masks, every pass goes through the policy's masked categorical (acting, log-probabilities, entropy)
     masked = mask_policy(local) if worker.masks is not None else None
     categorical = lstm is None and has_categorical_head(local)
-    recorded = RecordedActing(local) if masked is None and RecordedActing.supports(local) else None
+    recorded = RecordedActivationsUpdate(local) if masked is None and RecordedActivationsUpdate.supports(local) else None
     box = isinstance(cfg.action_space, spaces.Box)
     low, high = (cfg.action_space.low, cfg.action_space.high) if isinstance(cfg.action_space, spaces.Box) else (None, None)
     discrete = isinstance(cfg.action_space, spaces.Discrete)
@@ -225,7 +199,7 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
                 values, log_prob, entropy = recorded.evaluate_actions(actions, rows)
             else:
                 values, log_prob, entropy = local.evaluate_actions(tensor_obs(part.obs), actions)
-            losses = _a3c_loss(cfg, part, values.flatten(), log_prob, entropy, last_values[envs])
+            losses = A3C.loss(cfg, part, values.flatten(), log_prob, entropy, last_values[envs])
             after_backward = recorded.backward if recorded is not None else None
             worker.apply_gradients(losses.pop("loss"), len(part), after_backward, n_envs=len(envs))
             worker.reporter.record_train(**{name: loss.item() for name, loss in losses.items()})
@@ -233,7 +207,7 @@ def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     worker.close()
 
 
-class A3C(HogwildAlgorithm):
+class A3C(AsyncAlgorithm):
     """Asynchronous Advantage Actor-Critic (A3C).
 
     Paper: Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning", https://arxiv.org/abs/1602.01783
@@ -348,6 +322,8 @@ class A3C(HogwildAlgorithm):
         sde_sample_freq = check_int("sde_sample_freq", sde_sample_freq, minimum=-1)
         if use_sde:  # SB3's OnPolicyAlgorithm passes it to the policy the same way
             policy_kwargs = {**(policy_kwargs or {}), "use_sde": True}
+        #: the lock-free optimizer and what the workers share
+        self.gradient_sharing = GradientSharing(optimizer, optimizer_kwargs, max_grad_norm, separate_updates)
         super().__init__(
             policy,
             env,
@@ -367,10 +343,6 @@ class A3C(HogwildAlgorithm):
             seed=seed,
             device="cpu",
             supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary),
-            optimizer=optimizer,
-            optimizer_kwargs=optimizer_kwargs,
-            max_grad_norm=max_grad_norm,
-            separate_updates=separate_updates,
         )
         self.use_sde, self.sde_sample_freq = bool(use_sde), sde_sample_freq  # after BaseAlgorithm's defaults
         if _init_setup_model:
@@ -382,7 +354,19 @@ class A3C(HogwildAlgorithm):
         if self.use_sde and not policy.use_sde:
             raise ValueError(f"Invalid use_sde=True: {self.policy_class.__name__} has no gSDE head (use 'MlpPolicy')")
         self.policy = policy.to(torch.device("cpu"))
-        self._setup_optimizer()
+        if "optimizer_name" in self.__dict__:  # loaded from a model saved with these hyperparameters as attributes
+            self.gradient_sharing = GradientSharing.from_saved_attributes(self.__dict__)
+        # the paper's lock-free optimizer replaces the policy's own (its statistics are saved with the model)
+        self.policy.optimizer = self.gradient_sharing.make_optimizer(self.policy, self.lr_schedule(1.0))
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        return ["policy", "policy.optimizer"], []
+
+    def _share_state(self) -> None:
+        self.gradient_sharing.share(self.policy, self.n_workers)
+
+    def _async_counters(self) -> dict[str, float] | None:
+        return self.gradient_sharing.counters()
 
     def predict(  # type: ignore[override]
         self,
@@ -400,9 +384,37 @@ class A3C(HogwildAlgorithm):
         with masked_policy(self.policy, predict_masks(action_masks, self.action_space)):
             return super().predict(observation, state, episode_start, deterministic)
 
+    @staticmethod
+    def loss(
+        cfg: _A3CWorkerConfig,
+        segment: Segment,
+        values: torch.Tensor,
+        log_prob: torch.Tensor,
+        entropy: torch.Tensor | None,
+        last_values: np.ndarray,
+    ) -> dict[str, torch.Tensor]:
+        """Supp. Algorithm S3's loss of one actor-learner's segment (time-major ``values``, ``log_prob``, ``entropy``;
+        ``last_values``: V(s_t; θ'_v) after it, 0 for a terminal s_t via the dones), with its parts."""
+        rewards, dones = np.stack(segment.rewards), np.stack(segment.dones)
+        if cfg.gae_lambda == 1.0:  # the paper's n-step returns, exactly
+            returns = torch.as_tensor(nstep_returns(rewards, dones, last_values, cfg.gamma)).flatten()
+            advantages = returns - values.detach()
+        else:
+            segment_values = values.detach().numpy().reshape(rewards.shape)
+            gae, gae_returns = gae_advantages(rewards, segment_values, dones, last_values, cfg.gamma, cfg.gae_lambda)
+            advantages, returns = torch.as_tensor(gae).flatten(), torch.as_tensor(gae_returns).flatten()
+        if cfg.normalize_advantage and advantages.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        policy_loss = -(advantages * log_prob).mean()  # ∇ log π(a_i|s_i; θ') (R - V(s_i; θ'_v))
+        value_loss = F.mse_loss(values, returns)  # ∂(R - V(s_i; θ'_v))² / ∂θ'_v
+        entropy_loss = -entropy.mean() if entropy is not None else log_prob.mean()
+        loss = policy_loss + cfg.ent_coef * entropy_loss + cfg.vf_coef * value_loss
+        return dict(loss=loss, policy_loss=policy_loss, value_loss=value_loss, entropy_loss=entropy_loss)
+
     def _worker_specs(self) -> list[WorkerSpec]:
         cfg = _A3CWorkerConfig(
-            **self._hogwild_config(self.n_steps, self.gamma),
+            **self._worker_policy_config(self.n_steps, self.gamma),
+            **self.gradient_sharing.worker_config(self.policy.optimizer),
             ent_coef=self.ent_coef,
             vf_coef=self.vf_coef,
             normalize_advantage=self.normalize_advantage,
@@ -410,7 +422,8 @@ class A3C(HogwildAlgorithm):
             use_sde=self.use_sde,
             sde_sample_freq=self.sde_sample_freq,
         )
+        shared = self.gradient_sharing.shared(self.policy, self.policy.optimizer)
         return [
-            WorkerSpec(_a3c_worker, cfg, self._hogwild_shared(), name=f"a3c-{rank}", **HOGWILD_ENTRIES)
+            WorkerSpec(_a3c_worker, cfg, shared, name=f"a3c-{rank}", **GRADIENT_SHARING_ENTRIES)
             for rank in range(self.n_workers)
         ]

@@ -9,6 +9,7 @@ whose update makes the global counter T cross a multiple of ``target_update_inte
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -20,6 +21,7 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.dqn.policies import DQNPolicy, MultiInputPolicy, QNetwork
 from torch.nn import functional as F
 
+from sb3_async.common.async_algorithm import AsyncAlgorithm
 from sb3_async.common.epsilon_greedy import EpsilonGreedyPredict
 from sb3_async.common.exploration import (
     PAPER_FINAL_EPSILON_PROBS,
@@ -29,11 +31,12 @@ from sb3_async.common.exploration import (
     linear_epsilon,
     sample_final_epsilons,
 )
-from sb3_async.common.hogwild import (
-    HOGWILD_ENTRIES,
-    HogwildAlgorithm,
-    HogwildWorker,
-    HogwildWorkerConfig,
+from sb3_async.common.gradient_sharing import (
+    GRADIENT_SHARING_ENTRIES,
+    GradientSharing,
+    GradientWorker,
+    GradientWorkerConfig,
+    Segment,
     stack_steps,
     tensor_obs,
 )
@@ -52,7 +55,8 @@ LOSSES = ("mse", "huber")
 
 
 @dataclass
-class _AsyncQWorkerConfig(HogwildWorkerConfig):
+class _AsyncQWorkerConfig(GradientWorkerConfig):
+    algorithm_class: type[AsyncQLearning]  # whose targets() the worker computes
     target: str
     loss: str
     target_update_interval: int
@@ -66,9 +70,16 @@ def _q_values(q_net: QNetwork, obs: Any) -> np.ndarray:
         return q_net(to_tensor(obs)).numpy()
 
 
+def _next_state_q(segment: Segment, target_q: Callable[[Any], np.ndarray]) -> np.ndarray:
+    """Q(s_{t+1}, ·; θ⁻) of each step of a segment, shape ``(n_steps, n_envs, n_actions)``."""
+    next_q = target_q(stack_steps([*segment.obs[1:], segment.next_obs]))
+    return next_q.reshape(len(segment), len(segment.rewards[0]), next_q.shape[-1])
+
+
 def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
-    """One actor-learner of supp. Algorithm S1 (n-step Q) / Algorithm 1 (one-step Q, one-step Sarsa)."""
-    worker = HogwildWorker(ctx, cfg, local_module=lambda policy: policy.q_net, attach_players=attach_self_play)
+    """A worker of supp. Algorithm S1 (n-step Q) / Algorithm 1 (one-step Q, one-step Sarsa): each segment's targets
+    from the algorithm's :meth:`~AsyncQLearning.targets`, its update from :meth:`AsyncQLearning.td_loss`."""
+    worker = GradientWorker(ctx, cfg, local_module=lambda policy: policy.q_net, attach_players=attach_self_play)
     q_net: QNetwork = worker.policy.q_net  # θ'
     target_net: QNetwork = worker.policy.q_net_target
     shared_target: list[torch.Tensor] = ctx.shared["target_params"]  # θ⁻, read in place: no copy per segment
@@ -112,37 +123,16 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
         worker.synchronize()  # θ' = θ
         segment = worker.collect(act_sarsa if sarsa else act, terminal_value)
         n = len(segment)
-        rewards, dones = np.stack(segment.rewards), np.stack(segment.dones)
-        if cfg.target == "n_step_q":
-            last_q = _q_values(target_net, segment.next_obs)
-            targets = nstep_q_targets(rewards, dones, last_q, cfg.gamma, segment.next_masks)
-        else:
-            next_obs = stack_steps([*segment.obs[1:], segment.next_obs])
-            next_q = _q_values(target_net, next_obs).reshape(n, cfg.n_envs, n_actions)
-            if sarsa:
-                next_action = act(segment.next_obs)
-                next_actions[0] = next_action
-                taken_next = np.stack([*segment.actions[1:], next_action])
-                next_q_taken = np.take_along_axis(next_q, taken_next[..., None], axis=2)[..., 0]
-                targets = sarsa_targets(rewards, dones, next_q_taken, cfg.gamma)
-            else:
-                next_masks = None  # with action masks: the legal actions of each next state
-                if segment.next_masks is not None:
-                    next_masks = np.stack([*segment.masks[1:], segment.next_masks]).reshape(-1, n_actions)
-                targets = one_step_q_targets(
-                    rewards.reshape(-1), dones.reshape(-1), next_q.reshape(-1, n_actions), cfg.gamma, next_masks
-                ).reshape(n, cfg.n_envs)
+        next_action = None
+        if sarsa:  # a' of the segment's last step, taken at the next segment's first step
+            next_action = next_actions[0] = act(segment.next_obs)
+        targets = cfg.algorithm_class.targets(segment, lambda obs: _q_values(target_net, obs), next_action, cfg.gamma)
         all_actions = torch.as_tensor(stack_steps(segment.actions), dtype=torch.long).reshape(-1, 1)  # time-major
         all_targets = torch.as_tensor(targets.reshape(-1))
         for envs, rows in worker.actor_learners(n):  # the worker's envs together, or each env alone (separate_updates)
             obs = segment.obs if rows is None else segment.select(envs).obs
             actions, y = (all_actions, all_targets) if rows is None else (all_actions[rows], all_targets[rows])
-            q_taken = q_net(tensor_obs(obs)).gather(1, actions).flatten()
-            # dθ accumulated over the segment: Σ_t ∂(y_t - Q(s_t, a_t; θ'))² / ∂θ' (mean over the envs it learns from)
-            if cfg.loss == "mse":
-                loss = F.mse_loss(q_taken, y, reduction="sum") / len(envs)
-            else:
-                loss = F.smooth_l1_loss(q_taken, y, reduction="sum") / len(envs)
+            loss = AsyncQLearning.td_loss(q_net, tensor_obs(obs), actions, y, cfg.loss, len(envs))
             global_steps = worker.apply_gradients(loss, n, n_envs=len(envs))  # asynchronous update of θ using dθ
             refresh = global_steps // cfg.target_update_interval
             if refresh > int(target_updates[0]):  # "if T mod I_target == 0 then θ⁻ ← θ"
@@ -154,7 +144,7 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
     worker.close()
 
 
-class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
+class AsyncQLearning(EpsilonGreedyPredict, AsyncAlgorithm):
     """Base class of the asynchronous value-based methods (Mnih et al. 2016, "Asynchronous Methods for Deep
     Reinforcement Learning", https://arxiv.org/abs/1602.01783, §4 and supp. Algorithm S1). Use one of
     :class:`AsyncOneStepQ`, :class:`AsyncSarsa`, :class:`AsyncNStepQ`.
@@ -173,8 +163,8 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
     :param exploration_final_eps: the final ε: a float (every env), or a tuple of values that each env draws from
         with ``exploration_final_eps_probs``; the paper's (0.1, 0.01, 0.5) (supp. §2). The paper draws one ε per
         actor-learner thread, each stepping one env; here each env draws its own (a worker steps several envs), so
-        16 envs keep the paper's mix of 16 threads however they are spread over workers (with one draw per worker,
-        2 workers on CartPole-v1 ended without any ε = 0.5 env in 3 of 4 seeds: docs/benchmarks.md "final_policy")
+        16 envs keep the paper's mix of 16 threads however they are spread over workers (one draw per worker can leave
+        no env at ε = 0.5: docs/benchmarks.md "final_policy")
     :param exploration_final_eps_probs: probabilities of ``exploration_final_eps``; the paper's (0.4, 0.3, 0.3)
     :param exploration_fraction: share of training over which ε is annealed; 0.1, the paper's 4 million frames in
         a 10M-step (40M-frame) Atari run; SB3's DQN default too
@@ -183,10 +173,7 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
     :param n_workers: actor-learner processes; default the CPU count (the paper: 16 threads)
     :param n_envs_per_worker: envs per worker stepped together (1 in the paper); the loss sums over a segment's steps
         and averages over the envs of an update
-    :param separate_updates: each env of a worker is an actor-learner of its own, with its own update from its own
-        steps (False: one update for all the worker's envs); ``n_workers=2, n_envs_per_worker=8,
-        separate_updates=True`` runs the paper's 16 actor-learners on two processes (see
-        :class:`~sb3_async.common.hogwild.HogwildAlgorithm`)
+    :param separate_updates: each env of a worker is an actor-learner of its own (see :class:`~sb3_async.A3C`)
     :param optimizer: ``"shared_rmsprop"`` (paper default), ``"rmsprop"`` or ``"sgd"`` (supp. §1)
     :param optimizer_kwargs: for the optimizer (``alpha=0.99`` from the paper, ``eps``)
     Other parameters as :class:`~sb3_async.A3C`.
@@ -252,6 +239,8 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
             raise ValueError(f"Invalid loss={loss!r}: expected one of {', '.join(LOSSES)}")
         self.loss = loss
         self.worker_final_eps: np.ndarray | None = None
+        #: the lock-free optimizer and what the workers share
+        self.gradient_sharing = GradientSharing(optimizer, optimizer_kwargs, max_grad_norm, separate_updates)
         super().__init__(
             policy,
             env,
@@ -271,10 +260,6 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
             seed=seed,
             device="cpu",
             supported_action_spaces=(spaces.Discrete,),
-            optimizer=optimizer,
-            optimizer_kwargs=optimizer_kwargs,
-            max_grad_norm=max_grad_norm,
-            separate_updates=separate_updates,
         )
         if _init_setup_model:
             self._setup_model()
@@ -286,7 +271,10 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
         self.policy.q_net_target.load_state_dict(self.policy.q_net.state_dict())  # θ⁻ ← θ
         self.policy.q_net_target.set_training_mode(False)
         self._create_aliases()
-        self._setup_optimizer()
+        if "optimizer_name" in self.__dict__:  # loaded from a model saved with these hyperparameters as attributes
+            self.gradient_sharing = GradientSharing.from_saved_attributes(self.__dict__)
+        # the paper's lock-free optimizer over θ replaces the policy's own (its statistics are saved with the model)
+        self.policy.optimizer = self.gradient_sharing.make_optimizer(self.policy.q_net, self.lr_schedule(1.0))
 
     def _create_aliases(self) -> None:
         # The names DQN users know: the online network θ and the target network θ⁻.
@@ -305,8 +293,14 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
     def load_replay_buffer(self, path: Any, truncate_last_traj: bool = True) -> None:
         self.save_replay_buffer(path)
 
-    def _trained_module(self) -> torch.nn.Module:
-        return self.policy.q_net
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        return ["policy", "policy.optimizer"], []
+
+    def _share_state(self) -> None:
+        self.gradient_sharing.share(self.policy, self.n_workers)
+
+    def _async_counters(self) -> dict[str, float] | None:
+        return self.gradient_sharing.counters()
 
     @property
     def exploration_rate(self) -> float:
@@ -329,11 +323,44 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
                 print(f"{type(self).__name__}: final ε of each worker's envs: {self.worker_final_eps.tolist()}")
         return self.worker_final_eps
 
+    @staticmethod
+    def targets(
+        segment: Segment, target_q: Callable[[Any], np.ndarray], next_action: np.ndarray | None, gamma: float
+    ) -> np.ndarray:
+        """The targets y of a segment's steps, shape ``(n_steps, n_envs)``; each subclass computes its own.
+
+        :param segment: the steps, from :meth:`~sb3_async.common.gradient_sharing.GradientWorker.collect`
+        :param target_q: Q(s, ·; θ⁻) of a batch of observations
+        :param next_action: Sarsa's a' in the state after the segment (None for the other targets)
+        :param gamma: the discount factor
+        """
+        raise NotImplementedError(f"{AsyncQLearning.__name__} has no target: use AsyncOneStepQ, AsyncSarsa or AsyncNStepQ")
+
+    @staticmethod
+    def td_loss(
+        q_net: QNetwork, obs: Any, actions: torch.Tensor, targets: torch.Tensor, loss: str, n_envs: int
+    ) -> torch.Tensor:
+        """dθ accumulated over a segment: Σ_t ∂(y_t - Q(s_t, a_t; θ'))² / ∂θ' (``loss="huber"``: SB3's DQN loss), the
+        mean over the ``n_envs`` envs it learns from.
+
+        :param q_net: θ'
+        :param obs: the segment's observations, time-major
+        :param actions: the actions taken, shape ``(n_steps * n_envs, 1)``
+        :param targets: y of each step, from :meth:`targets`
+        """
+        q_taken = q_net(obs).gather(1, actions).flatten()
+        if loss == "mse":
+            return F.mse_loss(q_taken, targets, reduction="sum") / n_envs
+        return F.smooth_l1_loss(q_taken, targets, reduction="sum") / n_envs
+
     def _worker_specs(self) -> list[WorkerSpec]:
-        base = self._hogwild_config(self.n_steps, self.gamma)
+        base = {
+            **self._worker_policy_config(self.n_steps, self.gamma),
+            **self.gradient_sharing.worker_config(self.policy.optimizer),
+        }
         target_updates = torch.full((1,), self.num_timesteps // self.target_update_interval, dtype=torch.int64)
         shared = {
-            **self._hogwild_shared(),
+            **self.gradient_sharing.shared(self.policy.q_net, self.policy.optimizer),
             "target_params": list(self.policy.q_net_target.parameters()),
             "target_updates": target_updates.share_memory_(),
         }
@@ -341,6 +368,7 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
         for rank, final_eps in enumerate(self._final_epsilons()):
             cfg = _AsyncQWorkerConfig(
                 **base,
+                algorithm_class=type(self),
                 target=self.target,
                 loss=self.loss,
                 target_update_interval=self.target_update_interval,
@@ -354,8 +382,8 @@ class AsyncQLearning(EpsilonGreedyPredict, HogwildAlgorithm):
                     cfg,
                     dict(shared),
                     name=f"{self.target}-{rank}",
-                    synced=HOGWILD_ENTRIES["synced"],
-                    averaged=(*HOGWILD_ENTRIES["averaged"], "target_params"),  # θ⁻: each machine refreshes its own
+                    synced=GRADIENT_SHARING_ENTRIES["synced"],
+                    averaged=(*GRADIENT_SHARING_ENTRIES["averaged"], "target_params"),  # θ⁻: each machine refreshes its own
                 )
             )
         return specs
@@ -369,6 +397,21 @@ class AsyncOneStepQ(AsyncQLearning):
 
     target = "one_step_q"
 
+    @staticmethod
+    def targets(
+        segment: Segment, target_q: Callable[[Any], np.ndarray], next_action: np.ndarray | None, gamma: float
+    ) -> np.ndarray:
+        """``y = r + γ max_a' Q(s', a'; θ⁻)``, ``r`` at a terminal state (with action masks: the max over the legal
+        actions of s')."""
+        next_q = _next_state_q(segment, target_q)
+        n_steps, n_envs, n_actions = next_q.shape
+        rewards, dones = np.stack(segment.rewards).reshape(-1), np.stack(segment.dones).reshape(-1)
+        next_masks = None  # with action masks: the legal actions of each next state
+        if segment.next_masks is not None:
+            next_masks = np.stack([*segment.masks[1:], segment.next_masks]).reshape(-1, n_actions)
+        targets = one_step_q_targets(rewards, dones, next_q.reshape(-1, n_actions), gamma, next_masks)
+        return targets.reshape(n_steps, n_envs)
+
 
 class AsyncSarsa(AsyncQLearning):
     """Asynchronous one-step Sarsa (Mnih et al. 2016, §4): target ``r + γ Q(s', a'; θ⁻)`` with ``a'`` the action the
@@ -379,6 +422,18 @@ class AsyncSarsa(AsyncQLearning):
 
     target = "sarsa"
 
+    @staticmethod
+    def targets(
+        segment: Segment, target_q: Callable[[Any], np.ndarray], next_action: np.ndarray | None, gamma: float
+    ) -> np.ndarray:
+        """``y = r + γ Q(s', a'; θ⁻)`` with ``a'`` the action taken in ``s'`` (``next_action`` after the segment's
+        last step), ``r`` at a terminal state."""
+        assert next_action is not None
+        next_q = _next_state_q(segment, target_q)
+        taken_next = np.stack([*segment.actions[1:], next_action])
+        next_q_taken = np.take_along_axis(next_q, taken_next[..., None], axis=2)[..., 0]
+        return sarsa_targets(np.stack(segment.rewards), np.stack(segment.dones), next_q_taken, gamma)
+
 
 class AsyncNStepQ(AsyncQLearning):
     """Asynchronous n-step Q-learning (Mnih et al. 2016, supp. Algorithm S1): for each state of a segment, the longest
@@ -388,3 +443,12 @@ class AsyncNStepQ(AsyncQLearning):
     """
 
     target = "n_step_q"
+
+    @staticmethod
+    def targets(
+        segment: Segment, target_q: Callable[[Any], np.ndarray], next_action: np.ndarray | None, gamma: float
+    ) -> np.ndarray:
+        """``y_t = Σ_k γ^k r_{t+k} + γ^(n-t) max_a Q(s_n, a; θ⁻)``, from the state after the segment (s_n; its legal
+        actions with action masks), cut at terminal states."""
+        rewards, dones = np.stack(segment.rewards), np.stack(segment.dones)
+        return nstep_q_targets(rewards, dones, target_q(segment.next_obs), gamma, segment.next_masks)

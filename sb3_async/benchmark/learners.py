@@ -136,17 +136,17 @@ def _apex(algo: str, env: Any, policy: str, adam: bool, **kwargs: Any) -> Callab
 def _a3c(env: Any, policy: str, n_envs: int, **kwargs: Any) -> Callable[[bool], Callable[[], None] | None]:
     """A worker's update on a segment (supp. Algorithm S3): the loss, backward, clipping, the shared optimizer's step.
     On the paper's network the worker backpropagates through its acting passes' activations
-    (:class:`~sb3_async.a3c.recorded_acting.RecordedActing`); its "before" recomputes the segment's forward pass with
-    autograd."""
+    (:class:`~sb3_async.a3c.recorded_activations.RecordedActivationsUpdate`); its "before" recomputes the segment's
+    forward pass with autograd."""
 
     def build(reference: bool) -> Callable[[], None] | None:
         from sb3_async import A3C
-        from sb3_async.a3c.recorded_acting import RecordedActing
+        from sb3_async.a3c.recorded_activations import RecordedActivationsUpdate
         from sb3_async.common.torch_utils import clip_grad_norm
 
         model = A3C(policy, env() if callable(env) else env, n_workers=1, n_envs_per_worker=n_envs, seed=0, **kwargs)
         policy_net, batch = model.policy, model.n_steps * n_envs
-        recorded = RecordedActing(policy_net) if RecordedActing.supports(policy_net) else None
+        recorded = RecordedActivationsUpdate(policy_net) if RecordedActivationsUpdate.supports(policy_net) else None
         if reference and recorded is None:
             return None
         space = model.observation_space
@@ -174,8 +174,8 @@ def _a3c(env: Any, policy: str, n_envs: int, **kwargs: Any) -> Callable[[bool], 
             loss.backward()
             if recorded is not None and not reference:
                 recorded.backward()
-            if model.max_grad_norm is not None:
-                clip_grad_norm(list(policy_net.parameters()), model.max_grad_norm)
+            if model.gradient_sharing.max_grad_norm is not None:
+                clip_grad_norm(list(policy_net.parameters()), model.gradient_sharing.max_grad_norm)
             policy_net.optimizer.step()
 
         return update

@@ -7,10 +7,10 @@ Where they come from:
   Ape-X's actors, the seconds they waited for the learner and their blocks in flight
   (:meth:`~sb3_async.common.worker_side.StatsReporter.record_worker`).
 * Gradient-sharing workers (A3C, the async Q family) count every update they apply to the shared parameters θ in a
-  shared counter (one slot per worker, :class:`~sb3_async.common.hogwild.HogwildWorker`). A worker notes the count when
-  it copies θ (θ' = θ) and again when it applies the gradient it computed on θ': the difference is that gradient's
-  *policy lag*, the shared updates other workers applied in between (0 with one worker). Workers send the count, sum and
-  maximum of their lags (:meth:`~sb3_async.common.worker_side.StatsReporter.record_update`).
+  shared counter (one slot per worker, :class:`~sb3_async.common.gradient_sharing.GradientWorker`). A worker notes the
+  count when it copies θ (θ' = θ) and again when it applies the gradient it computed on θ': the difference is that
+  gradient's *policy lag*, the shared updates other workers applied in between (0 with one worker). Workers send the
+  count, sum and maximum of their lags (:meth:`~sb3_async.common.worker_side.StatsReporter.record_update`).
 * Ape-X's actors send with each block the learner update count of the parameters they acted with; the learner notes
   the block's *parameter age* (:meth:`AsyncMetrics.add_param_age`) when it arrives.
 * Replays (:class:`~sb3_async.common.buffers.prioritized.PrioritizedReplayBuffer`,

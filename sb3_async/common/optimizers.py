@@ -11,7 +11,7 @@ The update rules are pure in-place functions (:func:`rmsprop_update_`, :func:`mo
 hand-computed values. The optimizer classes are ordinary ``torch.optim.Optimizer`` objects for the main process (SB3
 saves, loads and schedules them); they create their state eagerly (lazily created state would end up private to each
 worker process). Workers apply the same rule through :class:`WorkerOptimizer`, which is not a torch ``Optimizer``:
-building one imports ``torch._dynamo``, seconds per process on a small machine.
+building one imports ``torch._dynamo`` in every worker process.
 """
 
 from __future__ import annotations
@@ -140,9 +140,9 @@ class SharedRMSprop(AsyncOptimizer):
     :param lr: learning rate η (the algorithms overwrite it with their schedule before each step)
     :param alpha: decay of the squared-gradient average; 0.99 from the paper (supp. §2, "RMSProp decay factor")
     :param eps: ε, added inside the square root as in eq. S2. The paper does not give it; 1e-10 inside the root
-        matches SB3's A2C (PyTorch RMSprop with ``eps=1e-5`` outside the root) and learned fastest on CartPole here
-    :param initial_square_avg: initial value of ``g``. The paper does not give it; 0 as PyTorch's RMSprop (SB3's A2C),
-        which learned faster here than 1 (TensorFlow's choice, and ``RMSpropTFLike``'s)
+        matches SB3's A2C (PyTorch RMSprop with ``eps=1e-5`` outside the root; docs/design.md gives the choice)
+    :param initial_square_avg: initial value of ``g``. The paper does not give it; 0 as PyTorch's RMSprop (SB3's A2C);
+        1 is TensorFlow's choice, and ``RMSpropTFLike``'s
     :param weight_decay: L2 penalty added to the gradient
     :param shared: whether ``g`` is shared between workers
     """

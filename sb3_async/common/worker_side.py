@@ -29,7 +29,7 @@ __all__ = ["StatsReporter", "WorkerPolicyConfig", "make_worker_envs", "read_obs"
 @dataclass
 class WorkerPolicyConfig:
     """What every worker needs to rebuild its envs and its copy of the policy; each algorithm's worker config adds its
-    own hyperparameters (gradient-sharing workers: ``HogwildWorkerConfig``; Ape-X actors: ``ApeXActorConfig``)."""
+    own hyperparameters (gradient-sharing workers: ``GradientWorkerConfig``; Ape-X actors: ``ApeXActorConfig``)."""
 
     env_recipe: EnvRecipe
     n_envs: int

@@ -24,7 +24,7 @@ from stable_baselines3.common.envs import FakeImageEnv, SimpleMultiObsEnv
 from sb3_async import A3C
 from sb3_async.a3c.a3c import LstmCarry
 from sb3_async.benchmark import registry, suites
-from sb3_async.common.hogwild import HogwildWorker, stack_steps
+from sb3_async.common.gradient_sharing import GradientWorker, stack_steps
 from sb3_async.common.policies import A3CCnnLstmPolicy, MnihCNN
 from tests.helpers import in_process_context
 
@@ -38,13 +38,13 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 _RECEIVERS: list[Any] = []  # the main process' ends of the in-process workers' pipes, kept open
 
 
-def _in_process_worker(model: A3C) -> tuple[HogwildWorker, Any]:
+def _in_process_worker(model: A3C) -> tuple[GradientWorker, Any]:
     """The worker of rank 0 built in this process, as the runtime builds it in a worker process."""
     model._share_state()
     spec = model._worker_specs()[0]
     receiver, conn = mp.Pipe(duplex=False)
     _RECEIVERS.append(receiver)
-    return HogwildWorker(in_process_context(conn, spec.shared), spec.payload), spec.payload
+    return GradientWorker(in_process_context(conn, spec.shared), spec.payload), spec.payload
 
 
 def _zero_states(like: RNNStates, envs: list[int]) -> RNNStates:

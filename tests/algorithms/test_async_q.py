@@ -15,7 +15,7 @@ from stable_baselines3.common.logger import configure
 
 from sb3_async import AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
 from sb3_async.common.exploration import epsilon_greedy, linear_epsilon
-from sb3_async.common.hogwild import HogwildAlgorithm
+from sb3_async.common.gradient_sharing import GradientSharing
 from sb3_async.common.policies import MnihCNN
 
 FAMILY = [AsyncOneStepQ, AsyncSarsa, AsyncNStepQ]
@@ -25,7 +25,7 @@ FAMILY = [AsyncOneStepQ, AsyncSarsa, AsyncNStepQ]
 def test_smoke_mlp(model_class):
     model = model_class("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=2, seed=0).learn(3000)
     assert model.num_timesteps >= 3000
-    assert isinstance(model, HogwildAlgorithm)  # the same runtime and optimizer machinery as A3C
+    assert isinstance(model.gradient_sharing, GradientSharing)  # the same runtime and optimizer machinery as A3C
     action, _ = model.predict(np.zeros(4, dtype=np.float32), deterministic=True)
     assert action.shape == () and 0 <= int(action) < 2
 

@@ -1,4 +1,4 @@
-"""A3C's update from the acting passes' activations (``RecordedActing``): the same actions and the same gradient as
+"""A3C's update from the acting passes' activations (``RecordedActivationsUpdate``): the same actions and the same gradient as
 the policy's own forward and backward passes."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from gymnasium import spaces
 from stable_baselines3.common.torch_layers import NatureCNN
 from torch.nn import functional as F
 
-from sb3_async.a3c.recorded_acting import RecordedActing
+from sb3_async.a3c.recorded_activations import RecordedActivationsUpdate
 from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, MnihActivations, MnihCNN
 from sb3_async.common.torch_utils import sample_actions
 
@@ -49,7 +49,7 @@ def test_same_actions_and_gradient_as_the_policy():
     loss_of(values.flatten(), log_prob, entropy, returns).backward()
 
     recorded_policy = policy()
-    recorded = RecordedActing(recorded_policy)
+    recorded = RecordedActivationsUpdate(recorded_policy)
     recorded.start_segment()
     torch.manual_seed(1)
     recorded_actions = [recorded.act(step) for step in obs]
@@ -66,7 +66,7 @@ def test_same_actions_and_gradient_as_the_policy():
 
 
 def test_each_segment_starts_afresh():
-    recorded = RecordedActing(policy())
+    recorded = RecordedActivationsUpdate(policy())
     for seed in range(2):
         recorded.start_segment()
         for step in segment_obs(seed)[:2]:
@@ -78,18 +78,18 @@ def test_each_segment_starts_afresh():
 
 
 def test_supports_only_the_shared_paper_network_with_a_categorical_head():
-    assert RecordedActing.supports(policy())
-    assert not RecordedActing.supports(policy(share_features_extractor=False))
-    assert not RecordedActing.supports(policy(features_extractor_class=NatureCNN))
+    assert RecordedActivationsUpdate.supports(policy())
+    assert not RecordedActivationsUpdate.supports(policy(share_features_extractor=False))
+    assert not RecordedActivationsUpdate.supports(policy(features_extractor_class=NatureCNN))
 
     class OwnCNN(MnihCNN):
         def forward(self, observations):
             return super().forward(observations) * 2
 
-    assert not RecordedActing.supports(policy(features_extractor_class=OwnCNN))
+    assert not RecordedActivationsUpdate.supports(policy(features_extractor_class=OwnCNN))
     box = spaces.Box(-1.0, 1.0, (2,), np.float32)
-    assert not RecordedActing.supports(A3CCnnPolicy(IMAGES, box, lambda _: 7e-4))
-    assert not RecordedActing.supports(A3CCnnLstmPolicy(IMAGES, spaces.Discrete(6), lambda _: 7e-4))
+    assert not RecordedActivationsUpdate.supports(A3CCnnPolicy(IMAGES, box, lambda _: 7e-4))
+    assert not RecordedActivationsUpdate.supports(A3CCnnLstmPolicy(IMAGES, spaces.Discrete(6), lambda _: 7e-4))
 
 
 @pytest.mark.parametrize("width", [36, 84])
@@ -113,7 +113,7 @@ def test_segment_buffer_holds_what_the_forward_passes_give(channels_last):
     """The activations written in place into the segment's buffer are, bit for bit, those of SB3's ``preprocess_obs``
     and the network's own passes, concatenated; from segment to segment, with the buffer growing and its layout
     changing."""
-    recorded = RecordedActing(policy())
+    recorded = RecordedActivationsUpdate(policy())
     for seed, n_steps in [(0, N_STEPS), (1, 2), (2, N_STEPS + 3)]:
         obs = segment_obs(seed)[:2] * 4
         obs = [step if channels_last else np.ascontiguousarray(step) for step in obs[:n_steps]]

@@ -13,8 +13,8 @@ from stable_baselines3.common.envs import FakeImageEnv
 from torch.nn import functional as F
 
 from sb3_async import A3C, AsyncNStepQ, AsyncOneStepQ, AsyncSarsa
-from sb3_async.a3c.recorded_acting import RecordedActing
-from sb3_async.common.hogwild import Segment
+from sb3_async.a3c.recorded_activations import RecordedActivationsUpdate
+from sb3_async.common.gradient_sharing import Segment
 from sb3_async.common.policies import A3CCnnPolicy
 
 N_STEPS, N_ENVS = 5, 3
@@ -70,13 +70,13 @@ def test_an_envs_update_from_the_shared_passes_is_the_one_it_would_make_alone():
 
     torch.manual_seed(0)
     shared_policy = A3CCnnPolicy(images, spaces.Discrete(6), lambda _: 7e-4)
-    shared = RecordedActing(shared_policy)
+    shared = RecordedActivationsUpdate(shared_policy)
     shared.start_segment()
     for step in obs:
         shared.act(step)
     torch.manual_seed(0)
     alone_policy = A3CCnnPolicy(images, spaces.Discrete(6), lambda _: 7e-4)
-    alone = RecordedActing(alone_policy)
+    alone = RecordedActivationsUpdate(alone_policy)
 
     for env in range(N_ENVS):
         rows = torch.arange(N_STEPS) * N_ENVS + env

@@ -17,7 +17,7 @@ from sb3_async.common.async_metrics import AsyncMetrics
 from sb3_async.common.buffers.ages import SampleAges, ring_ages, sample_ages_of
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
-from sb3_async.common.hogwild import HogwildWorker
+from sb3_async.common.gradient_sharing import GradientWorker
 from tests.helpers import in_process_context, small_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -67,7 +67,7 @@ def test_a_worker_reports_the_updates_applied_since_its_snapshot() -> None:
     model._share_state()
     spec = model._worker_specs()[0]
     receiver, conn = mp.Pipe(duplex=False)
-    worker = HogwildWorker(in_process_context(conn, spec.shared), spec.payload)  # rank 0
+    worker = GradientWorker(in_process_context(conn, spec.shared), spec.payload)  # rank 0
 
     def update() -> None:
         loss = sum((param**2).sum() for param in worker.local_params)

@@ -13,7 +13,7 @@ from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack, VecTransposeImage, is_vecenv_wrapped
 
-from sb3_async.common.hogwild import stack_steps
+from sb3_async.common.gradient_sharing import stack_steps
 from sb3_async.common.worker_envs import ChannelsFirstFrameStack, EnvRecipe
 
 

@@ -1,19 +1,19 @@
-"""What every gradient-sharing algorithm (A3C, the async Q family) has in common, written once.
+"""What the gradient-sharing algorithms (A3C, the async Q family) have in common, written once.
 
 Mnih et al. 2016 (supp. Alg. S1-S3): each actor-learner keeps a private copy θ' of the shared parameters θ,
 synchronizes θ' = θ, steps its env copies for up to ``n_steps`` (t_max) steps or to a terminal state, computes a
-gradient on θ' and applies it to θ with a lock-free optimizer (shared RMSProp by default). The algorithms differ only
-in the loss, so the rest lives here:
+gradient on θ' and applies it to θ with a lock-free optimizer (shared RMSProp by default; Hogwild, Recht et al. 2011).
+The algorithms differ only in the loss, so the rest lives here:
 
-* main process: :class:`HogwildAlgorithm` validates the optimizer arguments, replaces the policy's optimizer by the
-  paper's lock-free one, shares parameters and optimizer statistics with the workers and saves both with the model;
-* workers: :class:`HogwildWorker` builds the env copies, the private policy θ', the optimizer view on the shared
-  statistics and the statistics reporter; runs the segment loop (:meth:`HogwildWorker.collect`, time-limit
-  truncations bootstrapped), splits a segment among its actor-learners (:meth:`HogwildWorker.actor_learners`: the
-  worker's envs together, or with ``separate_updates`` each env alone, the paper's many actor-learners on few
-  processes) and applies updates (:meth:`HogwildWorker.apply_gradients`), reporting each update's
-  policy lag: the shared updates other workers applied between θ' = θ and its own (one counter slot per worker,
-  ``shared["updates"]``, summed: no lost increments, no lock).
+* main process: :class:`GradientSharing`, held by the algorithm, validates the optimizer arguments, builds the
+  paper's lock-free optimizer over the trained module, shares parameters and optimizer statistics with the workers
+  and saves its hyperparameters with the model;
+* workers: :class:`GradientWorker` builds the env copies, the private policy θ', the optimizer view on the shared
+  statistics and the statistics reporter; runs the segment loop (:meth:`GradientWorker.collect`, time-limit
+  truncations bootstrapped), splits a segment among its actor-learners (:meth:`GradientWorker.actor_learners`) and
+  applies updates (:meth:`GradientWorker.apply_gradients`), reporting each update's policy lag: the shared updates
+  other workers applied between θ' = θ and its own (one counter slot per worker, ``shared["updates"]``, summed: no
+  lost increments, no lock).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from sb3_async.common.async_algorithm import AsyncAlgorithm
 from sb3_async.common.masks import mask_reader
 from sb3_async.common.observations import check_finite_observations, check_finite_rewards
 from sb3_async.common.optimizers import OPTIMIZER_NAMES, AsyncOptimizer, WorkerOptimizer, as_async_optimizer, make_optimizer
@@ -36,9 +35,10 @@ from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig, make
 from sb3_async.runtime import WorkerContext
 from sb3_async.validation import check_float
 
-#: How the shared entries of gradient-sharing workers cross machines (``backend="ray"``: Hogwild on each machine's own
-#: copy): θ merged (:attr:`WorkerSpec.synced`), the optimizer statistics per machine (:attr:`WorkerSpec.averaged`).
-HOGWILD_ENTRIES: dict[str, tuple[str, ...]] = dict(synced=("params", "updates"), averaged=("optimizer_state",))
+#: How the shared entries of gradient-sharing workers cross machines (``backend="ray"``: lock-free updates on each
+#: machine's own copy): θ merged (:attr:`WorkerSpec.synced`), the optimizer statistics per machine
+#: (:attr:`WorkerSpec.averaged`).
+GRADIENT_SHARING_ENTRIES: dict[str, tuple[str, ...]] = dict(synced=("params", "updates"), averaged=("optimizer_state",))
 
 
 def stack_steps(items: list[Any]) -> Any:
@@ -59,7 +59,7 @@ def stack_steps(items: list[Any]) -> Any:
 
 
 @dataclass
-class HogwildWorkerConfig(WorkerPolicyConfig):
+class GradientWorkerConfig(WorkerPolicyConfig):
     """What a gradient-sharing worker needs; algorithms subclass it with their own hyperparameters."""
 
     max_grad_norm: float | None
@@ -103,8 +103,9 @@ class Segment:
         )
 
 
-class HogwildWorker:
-    """Worker-side machinery of one actor-learner: env copies, θ', optimizer, statistics.
+class GradientWorker:
+    """The worker side of a gradient-sharing algorithm: env copies, θ', optimizer, statistics, the segment loop and
+    the lock-free update. The algorithm's worker function builds one and adds its loss.
 
     :param ctx: the worker's context
     :param cfg: the algorithm's worker configuration
@@ -117,7 +118,7 @@ class HogwildWorker:
     def __init__(
         self,
         ctx: WorkerContext,
-        cfg: HogwildWorkerConfig,
+        cfg: GradientWorkerConfig,
         local_module: Callable[[Any], nn.Module] = lambda policy: policy,
         attach_players: Callable[[Any, Any, int | None], Any] | None = None,
     ):
@@ -160,8 +161,8 @@ class HogwildWorker:
 
     def actor_learners(self, n_steps: int) -> list[tuple[np.ndarray, torch.Tensor | None]]:
         """The actor-learners of a segment of ``n_steps`` steps, each learning from its own envs' steps: the worker's
-        envs together, or with ``separate_updates`` each env alone. Each is ``(envs, rows)``: the envs' indices and
-        their rows in the segment's time-major batch (None: every row)."""
+        envs together, or with ``separate_updates`` (see :class:`~sb3_async.A3C`) each env alone. Each is
+        ``(envs, rows)``: the envs' indices and their rows in the segment's time-major batch (None: every row)."""
         envs = np.arange(self.cfg.n_envs)
         if not self.cfg.separate_updates or self.cfg.n_envs == 1:
             return [(envs, None)]
@@ -255,83 +256,82 @@ def tensor_obs(items: list[Any]) -> Any:
     return to_tensor(stack_steps(items))
 
 
-class HogwildAlgorithm(AsyncAlgorithm):
-    """Base class of the gradient-sharing algorithms: the lock-free optimizer of supp. §1 on shared parameters.
+class GradientSharing:
+    """The main-process side of a gradient-sharing algorithm, held by it (``model.gradient_sharing``): the lock-free
+    optimizer of supp. §1 over the module the workers train, the tensors the workers share and the count of the
+    updates they applied. Saved with the model (its hyperparameters; the counts are not).
 
     :param optimizer: ``"shared_rmsprop"`` (the paper's default), ``"rmsprop"`` (per-worker statistics) or ``"sgd"``
         (momentum SGD with per-worker momentum)
     :param optimizer_kwargs: for the optimizer (e.g. ``alpha``, ``eps`` of :class:`~sb3_async.common.optimizers.SharedRMSprop`)
     :param max_grad_norm: clip each worker's gradient to this global norm (None: no clipping)
-    :param separate_updates: each env of a worker is an actor-learner of its own: one update per env and segment,
-        from that env's steps alone, applied in turn (each a gradient at the worker's θ', as the paper's
-        actor-learners apply gradients at their own snapshot), so that ``n_workers`` processes run the paper's
-        ``n_workers * n_envs_per_worker`` actor-learners. False: one update for all the worker's envs
-    Other arguments: :class:`~sb3_async.common.async_algorithm.AsyncAlgorithm`.
+    :param separate_updates: each env of a worker is an actor-learner of its own (see :class:`~sb3_async.A3C`)
     """
 
     def __init__(
         self,
-        *args: Any,
         optimizer: str = "shared_rmsprop",
         optimizer_kwargs: dict[str, Any] | None = None,
         max_grad_norm: float | None = None,
         separate_updates: bool = False,
-        **kwargs: Any,
     ):
         if not isinstance(separate_updates, (bool, np.bool_)):
             raise TypeError(f"Invalid separate_updates={separate_updates!r}: expected a bool")
-        self.separate_updates = bool(separate_updates)
         if optimizer not in OPTIMIZER_NAMES:
             raise ValueError(f"Invalid optimizer={optimizer!r}: expected one of {', '.join(OPTIMIZER_NAMES)}")
         if optimizer_kwargs is not None and not isinstance(optimizer_kwargs, dict):
             raise TypeError(f"Invalid optimizer_kwargs={optimizer_kwargs!r}: expected a dict or None")
+        self.separate_updates = bool(separate_updates)
         self.optimizer_name = optimizer
         self.optimizer_kwargs = dict(optimizer_kwargs or {})
         self.max_grad_norm = None if max_grad_norm is None else check_float("max_grad_norm", max_grad_norm)
-        kwargs.setdefault("device", "cpu")
-        super().__init__(*args, **kwargs)
+        #: shared updates applied by each worker during ``learn()`` (one slot per worker; None before)
+        self.update_counts: torch.Tensor | None = None
 
-    def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_update_counts"]
-
-    def _async_counters(self) -> dict[str, float] | None:
-        """Updates the workers applied to θ in this ``learn()`` call (see :mod:`sb3_async.common.async_metrics`)."""
-        counts = getattr(self, "_update_counts", None)
-        return None if counts is None else {"updates": int(counts.sum())}
-
-    def _trained_module(self) -> nn.Module:
-        """The module whose parameters θ the workers update (default: the whole policy)."""
-        return self.policy
-
-    def _setup_optimizer(self) -> None:
-        """Replace the policy's own optimizer by the paper's lock-free one (its statistics are saved with the model)."""
-        self.policy.optimizer = make_optimizer(
-            self.optimizer_name, self._trained_module().parameters(), lr=self.lr_schedule(1.0), **self.optimizer_kwargs
+    @classmethod
+    def from_saved_attributes(cls, attributes: dict[str, Any]) -> GradientSharing:
+        """The one of a model saved before the algorithms held one, when these hyperparameters were the model's own
+        attributes (taken out of ``attributes``, the model's ``__dict__``)."""
+        return cls(
+            attributes.pop("optimizer_name", "shared_rmsprop"),
+            attributes.pop("optimizer_kwargs", None),
+            attributes.pop("max_grad_norm", None),
+            attributes.pop("separate_updates", False),
         )
 
-    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
-        return ["policy", "policy.optimizer"], []
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "update_counts": None}  # shared memory of one learn() call: not saved
 
-    def _share_state(self) -> None:
-        self._update_counts = torch.zeros(self.n_workers, dtype=torch.int64).share_memory_()  # one slot per worker
-        self.policy.share_memory()
-        as_async_optimizer(self.policy.optimizer).share_memory()
+    def make_optimizer(self, module: nn.Module, lr: float) -> AsyncOptimizer:
+        """The paper's lock-free optimizer over ``module``'s parameters θ (it replaces the policy's own)."""
+        return make_optimizer(self.optimizer_name, module.parameters(), lr=lr, **self.optimizer_kwargs)
 
-    def _hogwild_config(self, n_steps: int, gamma: float) -> dict[str, Any]:
-        """The fields of :class:`HogwildWorkerConfig` for this model."""
-        optimizer = as_async_optimizer(self.policy.optimizer)
+    def share(self, policy: Any, n_workers: int) -> None:
+        """Move the policy, its optimizer's statistics and new update counts to shared memory (before ``learn()``
+        starts the workers)."""
+        self.update_counts = torch.zeros(n_workers, dtype=torch.int64).share_memory_()  # one slot per worker
+        policy.share_memory()
+        as_async_optimizer(policy.optimizer).share_memory()
+
+    def counters(self) -> dict[str, float] | None:
+        """Updates the workers applied to θ in this ``learn()`` call (see :mod:`sb3_async.common.async_metrics`)."""
+        return None if self.update_counts is None else {"updates": int(self.update_counts.sum())}
+
+    def worker_config(self, optimizer: Any) -> dict[str, Any]:
+        """The fields :class:`GradientWorkerConfig` adds to the worker's policy configuration."""
+        optimizer = as_async_optimizer(optimizer)
         return dict(
-            **self._worker_policy_config(n_steps, gamma),
             max_grad_norm=self.max_grad_norm,
             optimizer=(type(optimizer), optimizer.hyperparameters()),
             optimizer_shared=optimizer.shared,
             separate_updates=self.separate_updates,
         )
 
-    def _hogwild_shared(self) -> dict[str, Any]:
-        """The shared tensors every gradient-sharing worker needs: θ, the optimizer statistics and the update counts."""
+    def shared(self, module: nn.Module, optimizer: Any) -> dict[str, Any]:
+        """The shared tensors every gradient-sharing worker needs: θ (``module``'s parameters), the optimizer
+        statistics and the update counts."""
         return {
-            "params": list(self._trained_module().parameters()),
-            "optimizer_state": as_async_optimizer(self.policy.optimizer).state_tensors(),
-            "updates": self._update_counts,
+            "params": list(module.parameters()),
+            "optimizer_state": as_async_optimizer(optimizer).state_tensors(),
+            "updates": self.update_counts,
         }

@@ -16,8 +16,9 @@ from sb3_async.common.policies import MnihActivations, MnihCNN
 from sb3_async.common.torch_utils import has_categorical_head, sample_categorical, to_tensor
 
 
-class RecordedActing:
-    """A segment's acting passes serve its update: θ' is fixed over a segment (synchronized before its first step), so
+class RecordedActivationsUpdate:
+    """A3C's update computed from the activations recorded while acting, on the paper's Atari network. A segment's
+    acting passes serve its update: θ' is fixed over a segment (synchronized before its first step), so
     the features the loss needs of the segment's observations are those of the forward passes that chose its actions.
 
     For a policy on the paper's network (:class:`~sb3_async.common.policies.MnihCNN`, shared by the policy and value
@@ -100,7 +101,7 @@ class RecordedActing:
         return self.policy.value_net(latent_vf), distribution.log_prob(actions), distribution.entropy()
 
     def backward(self) -> None:
-        """After the loss's backward pass: the network's gradient from the features' (``HogwildWorker.apply_gradients``'s
+        """After the loss's backward pass: the network's gradient from the features' (``GradientWorker.apply_gradients``'s
         ``after_backward``)."""
         assert self.segment is not None and self.features is not None and self.features.grad is not None
         self.extractor.backward_recorded(self.segment, self.features.grad)
