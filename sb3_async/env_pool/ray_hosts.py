@@ -1,13 +1,13 @@
 """The pool's Ray hosts (``backend="ray"``): each group of envs lives in one Ray actor, anywhere in a Ray cluster.
 
-:class:`RayEnvHost` wraps the pool's own :class:`~sb3_async.env_pool.worker.EnvWorker` (same step / reset / call code,
-same autoreset and ``on_error`` handling, same tracebacks) over buffers of its own, and answers each command as a worker
+:class:`RayEnvHost` wraps the pool's own :class:`~sb3_async.env_pool.host.EnvHost` (same step / reset / call code,
+same autoreset and ``on_error`` handling, same tracebacks) over buffers of its own, and answers each command as a host
 process does, with the results of the envs it stepped (observations, rewards, flags) in the reply: no shared memory
 between machines. :class:`RayEnvHosts` is the driver's side, with the interface of
-:class:`~sb3_async.env_pool.processes.ProcessWorkers`: one remote call per command, answered in order per host (a Ray
+:class:`~sb3_async.env_pool.process_hosts.ProcessHosts`: one remote call per command, answered in order per host (a Ray
 actor runs one caller's calls in order), ``ray.wait`` on the oldest call of each busy host, and each reply's results
 written into the pool's buffers as it is read, so the pool's logic is the same for both backends. This module imports
-neither torch nor gymnasium (the env worker is imported inside the actor).
+neither torch nor gymnasium (the env host is imported inside the actor).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from sb3_async.runtime.processes import Launcher
 from sb3_async.validation import check_nonnegative
 
 if TYPE_CHECKING:
-    from sb3_async.env_pool.buffers import SharedBuffers
+    from sb3_async.env_pool.shared_buffers import SharedBuffers
 
 __all__ = ["RayEnvHost", "RayEnvHosts"]
 
@@ -41,12 +41,12 @@ class RayEnvHost:
     """
 
     def __init__(self, ids: list[int], factories_blob: bytes, autoreset: bool, on_error: str):
-        from sb3_async.env_pool.worker import EnvWorker  # in the actor: the driver's import of this module stays light
+        from sb3_async.env_pool.host import EnvHost  # in the actor: the driver's import of this module stays light
 
         self._fatal: str | None = None
         try:
-            self._worker = EnvWorker(ids, cloudpickle.loads(factories_blob), autoreset, on_error)
-        except Exception:  # reported by the first call, as a process worker reports it ("fatal", its traceback)
+            self._worker = EnvHost(ids, cloudpickle.loads(factories_blob), autoreset, on_error)
+        except Exception:  # reported by the first call, as a process host reports it ("fatal", its traceback)
             self._fatal = traceback.format_exc()
 
     def node_id(self) -> str:
@@ -56,7 +56,7 @@ class RayEnvHost:
         return str(ray.get_runtime_context().get_node_id())
 
     def handle(self, command: str, data: Any) -> tuple[str, Any, Any]:
-        """Serve one command of the pool as a worker process does.
+        """Serve one command of the pool as a host process does.
 
         :return: ``(kind, reply, results)``; ``results`` holds what a ``step`` (ids, observations, rewards,
             terminations, truncations) or a ``reset`` (ids, observations) wrote in the buffers; ``("fatal", traceback,
@@ -65,24 +65,24 @@ class RayEnvHost:
         if self._fatal is not None:
             return "fatal", self._fatal, None
         try:
-            worker = self._worker
+            host = self._worker
             if command == "spaces":
-                return "spaces", worker.spaces, None
+                return "spaces", host.spaces, None
             if command == "buffers":  # the driver's rows of this group: a (re)started host starts from them
-                from sb3_async.env_pool.buffers import SharedBuffers
+                from sb3_async.env_pool.shared_buffers import SharedBuffers
 
                 n_envs, observations = data
-                env = worker.envs[worker.ids[0]]
-                worker.buffers = SharedBuffers(env.observation_space, env.action_space, n_envs)  # untouched pages: free
-                worker.buffers.obs.write(worker.ids, observations)
+                env = host.envs[host.ids[0]]
+                host.buffers = SharedBuffers(env.observation_space, env.action_space, n_envs)  # untouched pages: free
+                host.buffers.obs.write(host.ids, observations)
                 return "buffers", None, None
-            buffers = worker.buffers
+            buffers = host.buffers
             assert buffers is not None
             if command == "step":
                 ids, actions, restarts = data
-                ids = worker.ids if ids is None else ids
+                ids = host.ids if ids is None else ids
                 buffers.actions.write(ids, actions)
-                infos, errors = worker.step(ids, restarts)
+                infos, errors = host.step(ids, restarts)
                 done = [i for i in ids if i not in errors]
                 results = (
                     done,
@@ -93,13 +93,13 @@ class RayEnvHost:
                 )
                 return "step", (infos, errors), results if done else None
             if command == "reset":
-                infos, errors = worker.reset(data)
+                infos, errors = host.reset(data)
                 done = list(infos)
                 return "reset", (infos, errors), (done, buffers.obs.read(done)) if done else None
             if command == "call":
-                return "call", worker.call(*data), None
+                return "call", host.call(*data), None
             if command == "close":
-                worker.close()
+                host.close()
                 return "closed", None, None
             raise ValueError(f"Unknown command {command!r}")
         except Exception:
@@ -112,7 +112,7 @@ class RayEnvHosts:
 
     Holds no reference to the pool, so that the pool's finalizer can close it.
 
-    :param n_hosts: number of hosts (the pool's ``n_workers``)
+    :param n_hosts: number of hosts (the pool's ``n_hosts``)
     :param autoreset: the pool's ``autoreset``
     :param on_error: the pool's ``on_error``
     :param address: the Ray cluster (default ``RAY_ADDRESS``, else a Ray initialized in this process, else a local Ray
@@ -150,7 +150,7 @@ class RayEnvHosts:
         self._owns_ray = ray_connect.connect_ray(self._ray, address, init_kwargs, n_hosts * self.num_cpus_per_worker)
 
     def start(self, w: int, ids: list[int], factories_blob: bytes) -> None:
-        """Start host ``w``; its first reply is its envs' spaces (a worker process's handshake)."""
+        """Start host ``w``; its first reply is its envs' spaces (a host process's handshake)."""
         name = f"{self._prefix}host-{w}-{self._generation[w]}"
         self._generation[w] += 1
         # restarts are the pool's (on_error="restart"): it knows which envs to report truncated
@@ -192,7 +192,7 @@ class RayEnvHosts:
                 raise TimeoutError(
                     f"Ray did not start the env host {self._names[w]} within {self.start_timeout} s: each host asks for"
                     f" {self.num_cpus_per_worker} CPUs (num_cpus_per_worker), the cluster has"
-                    f" {ray.cluster_resources().get('CPU', 0)} in all; lower num_cpus_per_worker or n_workers, or add nodes"
+                    f" {ray.cluster_resources().get('CPU', 0)} in all; lower num_cpus_per_worker or n_hosts, or add nodes"
                 ) from None
             raise TimeoutError from None
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as error:

@@ -1,13 +1,13 @@
-"""The pool's worker processes (``backend="mp"``): one process per group of envs on this machine, started through
+"""The pool's host processes (``backend="mp"``): one process per group of envs on this machine, started through
 :mod:`sb3_async.runtime.processes`, the shared buffers mapped in each.
 
-A step is one byte to the worker (:data:`~sb3_async.env_pool.worker.STEP`, with the ids when not every env of the
+A step is one byte to the host (:data:`~sb3_async.env_pool.host.STEP`, with the ids when not every env of the
 group steps) and an empty reply unless an info is not empty (infos of numbers packed:
 :mod:`~sb3_async.env_pool.info_codec`); observations, actions, rewards and flags stay in the shared buffers. Waiting
-blocks on the pipes: an idle pool costs no CPU, and a busy machine does not starve it (a spinning worker would take the
+blocks on the pipes: an idle pool costs no CPU, and a busy machine does not starve it (a spinning host would take the
 learner's core). Only when the main process steps envs too (``local_envs``, the split layout of synchronous stepping,
-where each step follows the last at once) does a worker poll for its next command for
-:data:`~sb3_async.env_pool.worker.SPIN_SECONDS` before it blocks, saving the tens of microseconds a wake-up costs.
+where each step follows the last at once) does a host poll for its next command for
+:data:`~sb3_async.env_pool.host.SPIN_SECONDS` before it blocks, saving the tens of microseconds a wake-up costs.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Any
 
 import cloudpickle
 
-from sb3_async.env_pool.buffers import SharedBuffers
+from sb3_async.env_pool.host import dumps, env_host_main, step_message
 from sb3_async.env_pool.info_codec import PACKED, InfoUnpacker
-from sb3_async.env_pool.worker import dumps, env_worker_main, step_message
+from sb3_async.env_pool.shared_buffers import SharedBuffers
 from sb3_async.runtime.processes import Launcher
 
-__all__ = ["ProcessWorkers"]
+__all__ = ["ProcessHosts"]
 
 
 def _close(launcher: Launcher, procs: list[Any], conns: list[Any], busy: list[int], timeout: float) -> None:
@@ -56,55 +56,55 @@ def _close(launcher: Launcher, procs: list[Any], conns: list[Any], busy: list[in
     conns[:] = [None] * len(conns)
 
 
-class ProcessWorkers:
-    """The driver's side of the pool's worker processes, addressed by index ``w``.
+class ProcessHosts:
+    """The driver's side of the pool's host processes, addressed by index ``w``.
 
     Holds no reference to the pool, so that the pool's finalizer can close it.
 
-    :param n_workers: number of worker processes
+    :param n_hosts: number of host processes
     :param start_method: ``"forkserver"``, ``"spawn"`` or ``"fork"``
     :param autoreset: the pool's ``autoreset``
     :param on_error: the pool's ``on_error``
-    :param spin_seconds: how long each worker polls for its next command before it blocks
+    :param spin_seconds: how long each host polls for its next command before it blocks
     """
 
-    def __init__(self, n_workers: int, start_method: str, autoreset: bool, on_error: str, spin_seconds: float = 0.0):
+    def __init__(self, n_hosts: int, start_method: str, autoreset: bool, on_error: str, spin_seconds: float = 0.0):
         self._launcher = Launcher(start_method)
         self.autoreset, self.on_error, self.spin_seconds = autoreset, on_error, spin_seconds
-        self._procs: list[Any] = [None] * n_workers
-        self._conns: list[Any] = [None] * n_workers
-        self._busy = [0] * n_workers  # commands sent and not answered yet, per worker
-        # Per worker, a poll of its pipe and its process sentinel (a dead worker's child may hold its pipe open)
-        self._polls: list[Any] = [None] * n_workers
-        self._unpackers = [InfoUnpacker() for _ in range(n_workers)]  # the info schemas each worker announced
-        self._ids: list[list[int]] = [[] for _ in range(n_workers)]  # each worker's envs
+        self._procs: list[Any] = [None] * n_hosts
+        self._conns: list[Any] = [None] * n_hosts
+        self._busy = [0] * n_hosts  # commands sent and not answered yet, per host
+        # Per host, a poll of its pipe and its process sentinel (a dead host's child may hold its pipe open)
+        self._polls: list[Any] = [None] * n_hosts
+        self._unpackers = [InfoUnpacker() for _ in range(n_hosts)]  # the info schemas each host announced
+        self._ids: list[list[int]] = [[] for _ in range(n_hosts)]  # each host's envs
 
     def start(self, w: int, ids: list[int], factories_blob: bytes) -> None:
-        """Start worker ``w``; its first reply is its envs' spaces."""
+        """Start host ``w``; its first reply is its envs' spaces."""
         parent_conn, child_conn = self._launcher.context.Pipe(duplex=True)  # duplex: a Unix socket, which can carry the fd
         proc = self._launcher.process(
-            env_worker_main,
+            env_host_main,
             f"sb3_async-env-pool-{w}",
             (w, ids, factories_blob, child_conn, os.getpid(), self.autoreset, self.on_error, self.spin_seconds),
         )
         child_conn.close()
         self._procs[w], self._conns[w] = proc, parent_conn
         self._busy[w] = 1  # the spaces
-        self._unpackers[w] = InfoUnpacker()  # a respawned worker announces its schemas anew
+        self._unpackers[w] = InfoUnpacker()  # a respawned host announces its schemas anew
         self._polls[w] = poll = select.poll()
         poll.register(parent_conn.fileno(), select.POLLIN)
         poll.register(proc.sentinel, select.POLLIN)
 
     def share(self, w: int, buffers: SharedBuffers, ids: list[int]) -> None:
-        """Give worker ``w`` the shared buffers (their descriptor travels over its pipe)."""
+        """Give host ``w`` the shared buffers (their descriptor travels over its pipe)."""
         reduction.send_handle(self._conns[w], buffers.fd, self._procs[w].pid)
         self._conns[w].send(buffers.n_envs)
         self._ids[w] = list(ids)
 
     def step(self, w: int, ids: list[int] | None, restarts: dict[int, str] | None, buffers: SharedBuffers) -> None:
-        """Start a step of worker ``w``'s envs ``ids`` (None: all of them), their actions in the buffers.
+        """Start a step of host ``w``'s envs ``ids`` (None: all of them), their actions in the buffers.
 
-        :raises OSError: the worker's pipe is broken (it died)
+        :raises OSError: the host's pipe is broken (it died)
         """
         objects = buffers.actions.take_objects(self._ids[w] if ids is None else ids) if buffers.actions.objects else None
         if restarts or objects:  # the actions' parts that are not arrays travel with the command
@@ -118,13 +118,13 @@ class ProcessWorkers:
         env factories are, so that a class or function of the user's script (a wrapper class for ``env_is_wrapped``, a
         lambda for ``set_attr``) arrives as the same object the factories' envs use.
 
-        :raises OSError: the worker's pipe is broken (it died)
+        :raises OSError: the host's pipe is broken (it died)
         """
         self._conns[w].send_bytes(cloudpickle.dumps(message))
         self._busy[w] += 1
 
     def receive(self, w: int, timeout: float | None) -> tuple[str, Any]:
-        """Worker ``w``'s next reply: ``(kind, data)``, ``("fatal", traceback)`` if it raised, ``("died", None)`` if it
+        """Host ``w``'s next reply: ``(kind, data)``, ``("fatal", traceback)`` if it raised, ``("died", None)`` if it
         died (seen at once: its pipe ends).
 
         :raises TimeoutError: no reply within ``timeout`` seconds
@@ -151,15 +151,15 @@ class ProcessWorkers:
             return "step", (infos, {})
         return kind, payload
 
-    def ready(self, workers: Sequence[int], timeout: float | None) -> list[int]:
-        """The workers among ``workers`` with a reply to read (or dead), waiting up to ``timeout`` s for the first."""
-        conns = {self._conns[w]: w for w in workers}
-        sentinels = {self._procs[w].sentinel: w for w in workers}
+    def ready(self, hosts: Sequence[int], timeout: float | None) -> list[int]:
+        """The hosts among ``hosts`` with a reply to read (or dead), waiting up to ``timeout`` s for the first."""
+        conns = {self._conns[w]: w for w in hosts}
+        sentinels = {self._procs[w].sentinel: w for w in hosts}
         ready = wait([*conns, *sentinels], timeout=timeout)
         return sorted({conns[r] if r in conns else sentinels[r] for r in ready})
 
     def exitcode(self, w: int) -> int | None:
-        """Worker ``w``'s exit code, after waiting up to a second for it to end."""
+        """Host ``w``'s exit code, after waiting up to a second for it to end."""
         proc = self._procs[w]
         if proc is None:
             return None
@@ -171,7 +171,7 @@ class ProcessWorkers:
         return None if proc is None else proc.pid
 
     def kill(self, w: int) -> None:
-        """Drop worker ``w`` (dead already) before it is started again."""
+        """Drop host ``w`` (dead already) before it is started again."""
         proc, conn = self._procs[w], self._conns[w]
         if proc is not None:
             self._launcher.stop([proc], timeout=0.0)
@@ -182,9 +182,9 @@ class ProcessWorkers:
         self._busy[w] = 0
 
     def closer(self) -> tuple[Any, tuple[Any, ...]]:
-        """A function and its arguments that stop every worker, holding no reference to this object (a finalizer's)."""
+        """A function and its arguments that stop every host, holding no reference to this object (a finalizer's)."""
         return _close, (self._launcher, self._procs, self._conns, self._busy)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop every worker (idle ones politely, busy ones with SIGTERM, then SIGKILL). Safe to call twice."""
+        """Stop every host (idle ones politely, busy ones with SIGTERM, then SIGKILL). Safe to call twice."""
         _close(self._launcher, self._procs, self._conns, self._busy, timeout)
