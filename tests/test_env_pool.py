@@ -507,6 +507,23 @@ def test_restart_respawns_a_killed_worker(victim):
         assert obs[victim].shape == (4,) and pool.reset(seed=1)[0][victim].shape == (4,)
 
 
+def test_n_workers_is_a_deprecated_name_of_n_hosts():
+    """The pool's processes are env hosts: ``n_workers=`` still builds the same pool, with a DeprecationWarning naming
+    ``n_hosts``, and giving both is an error."""
+    with AsyncEnvPool("CartPole-v1", n_envs=3, n_hosts=1, local_envs=1) as expected:
+        with pytest.warns(DeprecationWarning, match="n_hosts"):
+            pool = AsyncEnvPool("CartPole-v1", n_envs=3, n_workers=1, local_envs=1)
+        with pool:
+            assert repr(pool) == repr(expected)
+            assert (pool.n_hosts, pool.local_envs, len(pool.host_pids())) == (1, 1, 1)
+            with pytest.warns(DeprecationWarning, match="n_hosts"):
+                assert pool.n_workers == 1
+            with pytest.warns(DeprecationWarning, match="host_pids"):
+                assert pool.worker_pids() == pool.host_pids()
+    with pytest.raises(ValueError, match="n_hosts=1 only: n_workers=1 is its deprecated name"):
+        AsyncEnvPool("CartPole-v1", n_envs=2, n_hosts=1, n_workers=1)
+
+
 def test_bad_input_gives_clear_errors():
     with pytest.raises(ValueError, match="n_envs"):
         AsyncEnvPool("CartPole-v1", n_envs=0)
