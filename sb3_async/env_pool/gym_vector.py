@@ -59,7 +59,7 @@ _ENV_TYPES: dict[type[Exception], type[EnvError] | None] = {}
 
 def _raised_type(worker_traceback: str) -> type[Exception] | None:
     """The type of the exception a traceback ends with, when it is a builtin one or one of a module imported here: the
-    name the worker gave it (:class:`~sb3_async.env_pool.host.EnvTraceback`), else the one its last line shows."""
+    name the env host gave it (:class:`~sb3_async.env_pool.host.EnvTraceback`), else the one its last line shows."""
     name = getattr(worker_traceback, "raised", "")
     if not name:
         last = worker_traceback.rstrip().rpartition("\n")[2]

@@ -57,7 +57,7 @@ def _close(launcher: Launcher, procs: list[Any], conns: list[Any], busy: list[in
 
 
 class ProcessHosts:
-    """The driver's side of the pool's host processes, addressed by index ``w``.
+    """The driver's side of the pool's host processes, addressed by index ``h``.
 
     Holds no reference to the pool, so that the pool's finalizer can close it.
 
@@ -79,58 +79,58 @@ class ProcessHosts:
         self._unpackers = [InfoUnpacker() for _ in range(n_hosts)]  # the info schemas each host announced
         self._ids: list[list[int]] = [[] for _ in range(n_hosts)]  # each host's envs
 
-    def start(self, w: int, ids: list[int], factories_blob: bytes) -> None:
-        """Start host ``w``; its first reply is its envs' spaces."""
+    def start(self, h: int, ids: list[int], factories_blob: bytes) -> None:
+        """Start host ``h``; its first reply is its envs' spaces."""
         parent_conn, child_conn = self._launcher.context.Pipe(duplex=True)  # duplex: a Unix socket, which can carry the fd
         proc = self._launcher.process(
             env_host_main,
-            f"sb3_async-env-pool-{w}",
-            (w, ids, factories_blob, child_conn, os.getpid(), self.autoreset, self.on_error, self.spin_seconds),
+            f"sb3_async-env-pool-{h}",
+            (h, ids, factories_blob, child_conn, os.getpid(), self.autoreset, self.on_error, self.spin_seconds),
         )
         child_conn.close()
-        self._procs[w], self._conns[w] = proc, parent_conn
-        self._busy[w] = 1  # the spaces
-        self._unpackers[w] = InfoUnpacker()  # a respawned host announces its schemas anew
-        self._polls[w] = poll = select.poll()
+        self._procs[h], self._conns[h] = proc, parent_conn
+        self._busy[h] = 1  # the spaces
+        self._unpackers[h] = InfoUnpacker()  # a respawned host announces its schemas anew
+        self._polls[h] = poll = select.poll()
         poll.register(parent_conn.fileno(), select.POLLIN)
         poll.register(proc.sentinel, select.POLLIN)
 
-    def share(self, w: int, buffers: SharedBuffers, ids: list[int]) -> None:
-        """Give host ``w`` the shared buffers (their descriptor travels over its pipe)."""
-        reduction.send_handle(self._conns[w], buffers.fd, self._procs[w].pid)
-        self._conns[w].send(buffers.n_envs)
-        self._ids[w] = list(ids)
+    def share(self, h: int, buffers: SharedBuffers, ids: list[int]) -> None:
+        """Give host ``h`` the shared buffers (their descriptor travels over its pipe)."""
+        reduction.send_handle(self._conns[h], buffers.fd, self._procs[h].pid)
+        self._conns[h].send(buffers.n_envs)
+        self._ids[h] = list(ids)
 
-    def step(self, w: int, ids: list[int] | None, restarts: dict[int, str] | None, buffers: SharedBuffers) -> None:
-        """Start a step of host ``w``'s envs ``ids`` (None: all of them), their actions in the buffers.
+    def step(self, h: int, ids: list[int] | None, restarts: dict[int, str] | None, buffers: SharedBuffers) -> None:
+        """Start a step of host ``h``'s envs ``ids`` (None: all of them), their actions in the buffers.
 
         :raises OSError: the host's pipe is broken (it died)
         """
-        objects = buffers.actions.take_objects(self._ids[w] if ids is None else ids) if buffers.actions.objects else None
+        objects = buffers.actions.take_objects(self._ids[h] if ids is None else ids) if buffers.actions.objects else None
         if restarts or objects:  # the actions' parts that are not arrays travel with the command
-            self._conns[w].send_bytes(dumps(("step", (ids, restarts, objects))))
+            self._conns[h].send_bytes(dumps(("step", (ids, restarts, objects))))
         else:
-            self._conns[w].send_bytes(step_message(ids))
-        self._busy[w] += 1
+            self._conns[h].send_bytes(step_message(ids))
+        self._busy[h] += 1
 
-    def send(self, w: int, message: tuple[str, Any]) -> None:
+    def send(self, h: int, message: tuple[str, Any]) -> None:
         """Send a command (``reset``, ``call``); its reply is read by :meth:`receive`. Pickled with cloudpickle, as the
         env factories are, so that a class or function of the user's script (a wrapper class for ``env_is_wrapped``, a
         lambda for ``set_attr``) arrives as the same object the factories' envs use.
 
         :raises OSError: the host's pipe is broken (it died)
         """
-        self._conns[w].send_bytes(cloudpickle.dumps(message))
-        self._busy[w] += 1
+        self._conns[h].send_bytes(cloudpickle.dumps(message))
+        self._busy[h] += 1
 
-    def receive(self, w: int, timeout: float | None) -> tuple[str, Any]:
-        """Host ``w``'s next reply: ``(kind, data)``, ``("fatal", traceback)`` if it raised, ``("died", None)`` if it
+    def receive(self, h: int, timeout: float | None) -> tuple[str, Any]:
+        """Host ``h``'s next reply: ``(kind, data)``, ``("fatal", traceback)`` if it raised, ``("died", None)`` if it
         died (seen at once: its pipe ends).
 
         :raises TimeoutError: no reply within ``timeout`` seconds
         """
-        conn = self._conns[w]
-        events = self._polls[w].poll(None if timeout is None else max(0, int(timeout * 1000)))
+        conn = self._conns[h]
+        events = self._polls[h].poll(None if timeout is None else max(0, int(timeout * 1000)))
         if not any(fd == conn.fileno() for fd, _ in events) and not conn.poll():
             if events:  # the sentinel: the process ended
                 return "died", None
@@ -139,47 +139,47 @@ class ProcessHosts:
             data = conn.recv_bytes()
         except (EOFError, OSError):
             return "died", None
-        self._busy[w] -= 1
+        self._busy[h] -= 1
         if not data:  # a step with no infos to report
             return "step", ({}, {})
         if data[:1] == PACKED:
-            return "step", (self._unpackers[w].unpack(data), {})
+            return "step", (self._unpackers[h].unpack(data), {})
         kind, payload = pickle.loads(data)
         if kind == "schema":  # a step whose infos have a new schema: packed from the next such step on
             (number, schema), infos = payload
-            self._unpackers[w].learn(number, schema)
+            self._unpackers[h].learn(number, schema)
             return "step", (infos, {})
         return kind, payload
 
     def ready(self, hosts: Sequence[int], timeout: float | None) -> list[int]:
         """The hosts among ``hosts`` with a reply to read (or dead), waiting up to ``timeout`` s for the first."""
-        conns = {self._conns[w]: w for w in hosts}
-        sentinels = {self._procs[w].sentinel: w for w in hosts}
+        conns = {self._conns[h]: h for h in hosts}
+        sentinels = {self._procs[h].sentinel: h for h in hosts}
         ready = wait([*conns, *sentinels], timeout=timeout)
         return sorted({conns[r] if r in conns else sentinels[r] for r in ready})
 
-    def exitcode(self, w: int) -> int | None:
-        """Host ``w``'s exit code, after waiting up to a second for it to end."""
-        proc = self._procs[w]
+    def exitcode(self, h: int) -> int | None:
+        """Host ``h``'s exit code, after waiting up to a second for it to end."""
+        proc = self._procs[h]
         if proc is None:
             return None
         proc.join(timeout=1.0)
         return proc.exitcode
 
-    def pid(self, w: int) -> int | None:
-        proc = self._procs[w]
+    def pid(self, h: int) -> int | None:
+        proc = self._procs[h]
         return None if proc is None else proc.pid
 
-    def kill(self, w: int) -> None:
-        """Drop host ``w`` (dead already) before it is started again."""
-        proc, conn = self._procs[w], self._conns[w]
+    def kill(self, h: int) -> None:
+        """Drop host ``h`` (dead already) before it is started again."""
+        proc, conn = self._procs[h], self._conns[h]
         if proc is not None:
             self._launcher.stop([proc], timeout=0.0)
             proc.close()
         if conn is not None:
             conn.close()
-        self._procs[w] = self._conns[w] = self._polls[w] = None
-        self._busy[w] = 0
+        self._procs[h] = self._conns[h] = self._polls[h] = None
+        self._busy[h] = 0
 
     def closer(self) -> tuple[Any, tuple[Any, ...]]:
         """A function and its arguments that stop every host, holding no reference to this object (a finalizer's)."""
