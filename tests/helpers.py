@@ -43,7 +43,7 @@ def small_model(name: str, env: Any = None, policy: str = "MlpPolicy", **kwargs:
     algo = getattr(sb3_async, name)
     if name == "AEDDPG":
         settings: dict[str, Any] = dict(
-            n_envs=2, pool_kwargs=dict(n_workers=0), learning_starts=40, batch_size=16, buffer_size=500, seed=0,
+            n_envs=2, pool_kwargs=dict(n_hosts=0), learning_starts=40, batch_size=16, buffer_size=500, seed=0,
             policy_kwargs=dict(net_arch=dict(pi=[16], qf=[16])),
         )  # fmt: skip
     elif name == "ApeXDQN":

@@ -1,6 +1,6 @@
 """AsyncEnvPool against the vectorizers users pick for speed: env steps per second, synchronous stepping.
 
-Engines: ``AsyncEnvPool`` with 2 worker processes and with ``n_workers=0`` (every env in this process), SB3's
+Engines: ``AsyncEnvPool`` with 2 env host processes and with ``n_hosts=0`` (every env in this process), SB3's
 ``DummyVecEnv`` and ``SubprocVecEnv``, gymnasium's ``AsyncVectorEnv``, PufferLib's ``pufferlib.vector.Multiprocessing``
 (2 workers) and TorchRL's ``ParallelEnv`` (2 workers, each a ``SerialEnv`` of its share of the envs). Tasks:
 CartPole-v1, HalfCheetah-v5 and PongNoFrameskip-v4, 8 and 64 envs, random actions drawn in advance.
@@ -59,7 +59,7 @@ from sb3_async import AsyncEnvPool
 TASKS = {"CartPole-v1": "CartPole-v1", "HalfCheetah-v5": "HalfCheetah-v5", "Pong": "PongNoFrameskip-v4"}
 SIZES = (8, 64)
 POOL, POOL0 = "AsyncEnvPool (2 workers)", "AsyncEnvPool (n_workers=0)"
-POOL1 = "AsyncEnvPool (1 worker + main)"  # n_workers=1, local_envs=n_envs // 2: two processes step, one per core
+POOL1 = "AsyncEnvPool (1 worker + main)"  # n_hosts=1, local_envs=n_envs // 2: two processes step, one per core
 PUFFER, TORCHRL = "PufferLib Multiprocessing (2 workers)", "TorchRL ParallelEnv (2 workers)"
 MULTI_PROCESS = ["SubprocVecEnv", "gym AsyncVectorEnv", PUFFER, TORCHRL]
 ENGINES = [POOL, POOL1, POOL0, "DummyVecEnv", *MULTI_PROCESS]
@@ -140,16 +140,16 @@ class Stepper:
         if engine in SPACES:
             factories = [lambda text=engine != POOL_DICT: WithNote(make_env(env_id), text)] * n_envs
         if engine in (POOL_DICT, POOL_TEXT):
-            self.env = AsyncEnvPool(factories, n_workers=2).as_gym_vector_env("SameStep")
+            self.env = AsyncEnvPool(factories, n_hosts=2).as_gym_vector_env("SameStep")
         elif engine == ASYNC_TEXT:
             same_step = gym.vector.AutoresetMode.SAME_STEP  # shared memory cannot hold Text
             self.env = gym.vector.AsyncVectorEnv(factories, shared_memory=False, autoreset_mode=same_step)
         elif engine == POOL:
-            self.env: Any = AsyncEnvPool(factories, n_workers=2).as_vec_env()
+            self.env: Any = AsyncEnvPool(factories, n_hosts=2).as_vec_env()
         elif engine == POOL1:
-            self.env = AsyncEnvPool(factories, n_workers=1, local_envs=n_envs // 2).as_vec_env()
+            self.env = AsyncEnvPool(factories, n_hosts=1, local_envs=n_envs // 2).as_vec_env()
         elif engine == POOL0:
-            self.env = AsyncEnvPool(factories, n_workers=0).as_vec_env()
+            self.env = AsyncEnvPool(factories, n_hosts=0).as_vec_env()
         elif engine == "DummyVecEnv":
             self.env = DummyVecEnv(factories)
         elif engine == "SubprocVecEnv":

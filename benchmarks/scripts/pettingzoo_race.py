@@ -3,7 +3,7 @@ policy for every agent), at the same budget of slot steps.
 
 Continuous actions, AE-DDPG against TD3 (``ae_ddpg``, ``td3_supersuit``): 2 env copies (6 slots), the same networks
 (``pi=[64, 64]``, ``qf=[64, 64]``), batch 100, replay 100k, learning starts 600 slot steps. AE-DDPG with its defaults
-otherwise (Zhang et al.), on ``AsyncEnvPool(make, n_envs=2, n_workers=1)``; TD3 with SB3's defaults otherwise (one
+otherwise (Zhang et al.), on ``AsyncEnvPool(make, n_envs=2, n_hosts=1)``; TD3 with SB3's defaults otherwise (one
 gradient step per vector step, as the RL Zoo runs TD3 with several envs) on
 ``concat_vec_envs_v1(pettingzoo_env_to_vec_env_v1(env), 2, num_cpus=1)``.
 
@@ -99,7 +99,7 @@ def run_one(algo: str, seed: int, steps: int) -> dict:
         set_random_seed(seed)  # SuperSuit's SB3 wrapper cannot be seeded (see the TD3 branch)
         model = PPO("MlpPolicy", supersuit_venv(4, continuous=False), n_steps=256, batch_size=256, device="cpu")
     elif algo == "ae_ddpg":
-        pool = AsyncEnvPool(make, n_envs=2, n_workers=1)
+        pool = AsyncEnvPool(make, n_envs=2, n_hosts=1)
         model = AEDDPG("MlpPolicy", pool, seed=seed, policy_kwargs=NET, **COMMON)
     else:
         from stable_baselines3 import TD3
@@ -115,7 +115,7 @@ def run_one(algo: str, seed: int, steps: int) -> dict:
         model = TD3("MlpPolicy", venv, action_noise=noise, policy_kwargs=NET, **COMMON)
     model.learn(steps)
     train_seconds = time.perf_counter() - start
-    with AsyncEnvPool(factory, n_envs=2, n_workers=0) as eval_pool:
+    with AsyncEnvPool(factory, n_envs=2, n_hosts=0) as eval_pool:
         eval_env = eval_pool.as_vec_env()
         eval_env.seed(1000 + seed)
         score, _ = evaluate_policy(model, eval_env, n_eval_episodes=60)

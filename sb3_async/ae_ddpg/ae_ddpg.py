@@ -48,7 +48,7 @@ from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.save_util import AtomicReplaySaves, check_pickled_class, replay_file_errors
 from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settings, soft_update
 from sb3_async.env_pool import AsyncEnvPool
-from sb3_async.env_pool.core import load_pickled_env
+from sb3_async.env_pool.factories import load_pickled_env
 from sb3_async.env_pool.vec_env import PoolVecEnv
 from sb3_async.validation import check_float, check_int, check_replay_sizes, check_seed
 
@@ -143,12 +143,12 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
     :param replay_buffer_kwargs: for the replay; ``EpisodicDualReplayBuffer``'s ``rho`` defaults to
         :func:`rho_for_n_envs` (0.05 for 1 env to 0.25 for 16), its ``hmemory_size`` to 5e4 (§V-B)
     :param min_ready: envs to wait for at each receive; 1 (default): act on whichever envs are ready (§IV-A)
-    :param pool_kwargs: for the :class:`AsyncEnvPool` built from an id, factory or env (``n_workers``, ``start_method``,
+    :param pool_kwargs: for the :class:`AsyncEnvPool` built from an id, factory or env (``n_hosts``, ``start_method``,
         ``on_error``, ``env_kwargs``)
-    :param backend: where the pool built from an id, factory or env steps its envs: ``"mp"`` (default), worker
+    :param backend: where the pool built from an id, factory or env steps its envs: ``"mp"`` (default), env host
         processes on this machine; ``"ray"``, Ray actors anywhere in a Ray cluster (``pip install "sb3-async[ray]"``),
         the learner and the actor-critic staying in this process (see the pool's ``backend`` and docs/guide/ray.md);
-        ``"serial"``, every env in this process (the pool's ``n_workers=0``; ``pool_kwargs`` asking for worker
+        ``"serial"``, every env in this process (the pool's ``n_hosts=0``; ``pool_kwargs`` asking for env host
         processes are refused), for debugging. A given pool keeps its own
     :param backend_kwargs: options of the backend (``"ray"``: ``address``, ``init_kwargs``, ``num_cpus_per_worker``,
         ``start_timeout``; see :class:`AsyncEnvPool`)

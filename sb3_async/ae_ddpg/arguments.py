@@ -50,12 +50,13 @@ def check_pool_arguments(pool_kwargs: Any, backend: Any, backend_kwargs: Any) ->
     check_backend(backend, backend_kwargs)
     if pool_kwargs and {"backend", "backend_kwargs"} & set(pool_kwargs):
         raise ValueError("Invalid pool_kwargs: pass backend and backend_kwargs to AEDDPG itself, not in pool_kwargs")
-    n_workers = (pool_kwargs or {}).get("n_workers")
-    if backend == "serial" and n_workers not in (None, 0):
-        raise ValueError(
-            f"Invalid pool_kwargs n_workers={n_workers!r} with backend='serial': its envs step in this "
-            "process (n_workers=0); use backend='mp' for env processes"
-        )
+    for name in ("n_hosts", "n_workers"):  # n_workers: the pool's deprecated name of n_hosts
+        n_hosts = (pool_kwargs or {}).get(name)
+        if backend == "serial" and n_hosts not in (None, 0):
+            raise ValueError(
+                f"Invalid pool_kwargs {name}={n_hosts!r} with backend='serial': its envs step in this "
+                "process (n_hosts=0); use backend='mp' for env processes"
+            )
     if backend == "ray":
         from sb3_async.runtime.ray_connect import import_ray
 

@@ -26,8 +26,8 @@ from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.callbacks import show_final_timesteps
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.observations import check_finite_observations, check_finite_rewards
+from sb3_async.env_pool import FINAL_INFO, FINAL_OBS
 from sb3_async.env_pool.vec_env import PoolVecEnv
-from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
 from sb3_async.runtime.processes import StepTimeout
 
 
@@ -299,10 +299,11 @@ class PoolCollection(OffPolicyAlgorithm):
 
     def _pool_arguments(self) -> dict[str, Any]:
         """The :class:`AsyncEnvPool` arguments of the pools built here: ``pool_kwargs`` and the backend (a model saved
-        before AEDDPG had a backend loads as ``"mp"``; ``"serial"``: a pool of ``n_workers=0``)."""
+        before AEDDPG had a backend loads as ``"mp"``; ``"serial"``: a pool of ``n_hosts=0``)."""
         backend = getattr(self, "backend", "mp")
-        if backend == "serial":  # every env stepped in this process: a pool without worker processes
-            return dict(self.pool_kwargs, n_workers=0, backend="mp", backend_kwargs=None)
+        if backend == "serial":  # every env stepped in this process: a pool without env host processes
+            kwargs = {k: v for k, v in self.pool_kwargs.items() if k != "n_workers"}  # the deprecated name of n_hosts
+            return dict(kwargs, n_hosts=0, backend="mp", backend_kwargs=None)
         return dict(self.pool_kwargs, backend=backend, backend_kwargs=getattr(self, "backend_kwargs", None) or None)
 
     def _pool_env(self) -> PoolVecEnv:
@@ -317,4 +318,4 @@ class PoolCollection(OffPolicyAlgorithm):
         if self.env is None:
             return 0
         pool = self._pool_env().pool
-        return pool.n_workers if pool.backend == "mp" else 0
+        return pool.n_hosts if pool.backend == "mp" else 0

@@ -12,8 +12,8 @@ from typing import Any
 import gymnasium as gym
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
-from sb3_async.env_pool import AsyncEnvPool, EnvPoolBase
-from sb3_async.env_pool.core import pickled_env_factory
+from sb3_async.env_pool import AsyncEnvPool
+from sb3_async.env_pool.factories import pickled_env_factory
 from sb3_async.env_pool.vec_env import PoolVecEnv
 
 #: Number of envs of the paper's MuJoCo and L2R runs: 16 interaction threads (§V-B, §V-C).
@@ -28,11 +28,11 @@ def make_pool_vec_env(
     :param env: an env id, a factory, a ``gym.Env`` (copied by pickling), a ``DummyVecEnv`` (its first env copied, as
         many copies as it has envs), an ``AsyncEnvPool`` or its ``as_vec_env()``
     :param n_envs: number of envs; None: 16 (the paper) for ids, factories and envs, the given count for pools/VecEnvs
-    :param pool_kwargs: for :class:`AsyncEnvPool` (``n_workers``, ``start_method``, ``on_error``, ``env_kwargs``,
+    :param pool_kwargs: for :class:`AsyncEnvPool` (``n_hosts``, ``start_method``, ``on_error``, ``env_kwargs``,
         ``backend``, ``backend_kwargs``)
     """
     source: Callable[[], gym.Env] | str | None
-    if isinstance(env, EnvPoolBase):
+    if isinstance(env, AsyncEnvPool):
         env = PoolVecEnv(env)
     if isinstance(env, PoolVecEnv):
         given, source = env, None
@@ -52,10 +52,10 @@ def make_pool_vec_env(
         else:
             raise TypeError(f"Invalid env={env!r}: expected an env id, a factory, a gym.Env, a DummyVecEnv or an AsyncEnvPool")
         count = n_envs or default_n_envs
-        if "n_workers" not in pool_kwargs and "local_envs" not in pool_kwargs:
-            # AE-DDPG's learner works while the envs step: none of them in this process, one worker per core at most
-            pool_kwargs = {**pool_kwargs, "n_workers": min(count, os.cpu_count() or 1), "local_envs": 0}
-        given = AsyncEnvPool(source, count, **pool_kwargs).as_vec_env()
+        if not {"n_hosts", "n_workers", "local_envs"} & set(pool_kwargs):
+            # AE-DDPG's learner works while the envs step: none of them in this process, one env host per core at most
+            pool_kwargs = {**pool_kwargs, "n_hosts": min(count, os.cpu_count() or 1), "local_envs": 0}
+        given = PoolVecEnv(AsyncEnvPool(source, count, **pool_kwargs))
     copies = given.pool.n_env_copies  # a multi-agent env's copies (a slot per agent each), else its envs
     if n_envs is not None and copies != n_envs:
         if source is not None:  # built here: nobody else will close it

@@ -99,7 +99,7 @@ def _ae_ddpg(env_id: str, **kwargs: Any) -> Callable[[bool], Callable[[], None] 
                 "MlpPolicy",
                 env_id,
                 n_envs=1,
-                pool_kwargs=dict(n_workers=0),
+                pool_kwargs=dict(n_hosts=0),
                 seed=0,
                 learning_starts=0,
                 **(_stock_adam(kwargs) if reference else kwargs),

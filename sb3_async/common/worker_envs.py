@@ -44,8 +44,8 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvStepReturn
 from stable_baselines3.common.vec_env.util import dict_to_obs
 
 from sb3_async.common.normalization import attach_statistics, vec_normalize_options, vec_normalizes
-from sb3_async.env_pool.core import EnvPoolBase
 from sb3_async.env_pool.multi_agent import is_multi_agent
+from sb3_async.env_pool.pool import AsyncEnvPool
 from sb3_async.env_pool.turns import TurnBasedGame, is_turn_based
 from sb3_async.env_pool.vec_env import PoolVecEnv
 from sb3_async.runtime.processes import StepWatchdog
@@ -216,7 +216,7 @@ class EnvRecipe:
         self.env_kwargs = dict(env_kwargs or {})
         #: Whether the env is a multi-agent PettingZoo env, and its slots (agents) per env copy (known once one is built)
         self.multi_agent, self.agents_per_env = False, 1
-        if isinstance(env, EnvPoolBase):
+        if isinstance(env, AsyncEnvPool):
             env = PoolVecEnv(env)
         if isinstance(env, str):
             self.env_id = env
@@ -289,7 +289,7 @@ class EnvRecipe:
                 env = TurnBasedGame(env)
             elif self.multi_agent or is_multi_agent(env):
                 copy = env
-                venv = PoolVecEnv(EnvPoolBase([lambda: copy], n_workers=0))
+                venv = PoolVecEnv(AsyncEnvPool([lambda: copy], n_hosts=0))
                 self.multi_agent, self.agents_per_env = True, venv.num_envs
                 return venv
             if not isinstance(env, gym.Env):
@@ -319,7 +319,7 @@ class EnvRecipe:
             copies, extra = divmod(n_envs, self.agents_per_env)
             if extra or not copies:
                 raise ValueError(f"n_envs={n_envs}: a multi-agent env steps whole copies of {self.agents_per_env} agents")
-            venv = PoolVecEnv(EnvPoolBase(self.factory, copies, n_workers=0))  # type: ignore[arg-type]
+            venv = PoolVecEnv(AsyncEnvPool(self.factory, copies, n_hosts=0))  # type: ignore[arg-type]
         else:
             venv = WorkerVecEnv([self.make_env for _ in range(n_envs)])  # type: ignore[misc]
         if seed is not None:

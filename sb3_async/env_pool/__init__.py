@@ -1,32 +1,34 @@
 """The async env pool: many copies of a Gymnasium env stepped concurrently, as PettingZoo's ``ParallelEnv``, EnvPool's
 ``send``/``recv`` or an SB3 ``VecEnv``.
 
-- :mod:`~sb3_async.env_pool.pool`: :class:`AsyncEnvPool`, the pool and its views;
-- :mod:`~sb3_async.env_pool.core`: the engine-independent part, built in layers: the groups of envs and the pool's
-  state (:mod:`~sb3_async.env_pool.groups`), a worker's start, death and respawn (:mod:`~sb3_async.env_pool.crashes`),
-  the steps in flight (:mod:`~sb3_async.env_pool.steps`), resets and method calls (:mod:`~sb3_async.env_pool.remote`),
-  then construction and lifecycle (``core``);
-- :mod:`~sb3_async.env_pool.buffers`: the shared buffers (observations, actions, rewards, flags);
-- :mod:`~sb3_async.env_pool.worker`: a group of envs and the worker process's loop;
+:class:`AsyncEnvPool` (:mod:`~sb3_async.env_pool.pool`) is one object that holds its collaborators, one module each:
+
+- :mod:`~sb3_async.env_pool.groups`: which envs each env host holds, the spaces, the shared buffers
+  (:mod:`~sb3_async.env_pool.shared_buffers`: observations, actions, rewards, flags);
+- :mod:`~sb3_async.env_pool.host`: a group of envs and the loop of an env host process;
+  :mod:`~sb3_async.env_pool.process_hosts`, :mod:`~sb3_async.env_pool.ray_hosts`: the hosts as processes or Ray actors;
+  :mod:`~sb3_async.env_pool.envpool_engine`: EnvPool's threads instead;
+- :mod:`~sb3_async.env_pool.supervisor`: a host's start, messages, death and respawn;
+- :mod:`~sb3_async.env_pool.step_book`, :mod:`~sb3_async.env_pool.steps`: the steps in flight, sent and collected;
+- :mod:`~sb3_async.env_pool.remote`: resets and method calls;
 - :mod:`~sb3_async.env_pool.multi_agent`: a multi-agent PettingZoo env copy as one slot per agent;
-- :mod:`~sb3_async.env_pool.processes`, :mod:`~sb3_async.env_pool.ray_hosts`,
-  :mod:`~sb3_async.env_pool.envpool_engine`: the worker processes, the Ray hosts, EnvPool's threads;
 - :mod:`~sb3_async.env_pool.vec_env`: the SB3 view; :mod:`~sb3_async.env_pool.gym_vector`: the gymnasium view.
 
-Imports go one way: ``buffers`` <- ``multi_agent`` <- ``worker`` <- ``processes``/``ray_hosts``/``envpool_engine`` <-
-``core`` <- ``vec_env``/``gym_vector`` <- ``pool``, and ``buffers`` <- ``groups`` <- ``crashes`` <- ``steps`` <- ``remote``
-<- ``core``. Nothing here imports torch except the SB3 view; both views are imported lazily (PEP 562,
-:mod:`sb3_async.lazy`), so that env workers importing this package stay torch-free.
+Imports go one way: ``shared_buffers`` <- ``multi_agent`` <- ``host`` <- ``process_hosts``/``ray_hosts``/
+``envpool_engine``; ``errors`` <- ``groups`` <- ``step_book`` <- ``supervisor`` <- ``steps`` <- ``remote``; all of them
+<- ``pool`` <- ``vec_env``/``gym_vector`` (the pool imports its views by name when asked for one). Nothing here imports
+torch except the SB3 view; both views are imported lazily (PEP 562, :mod:`sb3_async.lazy`), so that env hosts
+importing this package stay torch-free.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sb3_async.env_pool.core import EnvError, EnvPoolBase
-from sb3_async.env_pool.groups import PoolClosedError, SpacesDifferError
+from sb3_async.env_pool.errors import EnvError, PoolClosedError, SpacesDifferError
+from sb3_async.env_pool.host import EnvFactory
 from sb3_async.env_pool.pool import AsyncEnvPool
-from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS, EnvFactory
+from sb3_async.env_pool.shared_buffers import FINAL_INFO, FINAL_OBS
 from sb3_async.lazy import lazy_exports
 
 if TYPE_CHECKING:
@@ -41,7 +43,6 @@ __all__ = [
     "AsyncEnvPool",
     "EnvError",
     "EnvFactory",
-    "EnvPoolBase",
     "PoolClosedError",
     "PoolVecEnv",
     "PoolVectorEnv",

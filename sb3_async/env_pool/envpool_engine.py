@@ -1,7 +1,7 @@
 """EnvPool (C++ envs stepped by EnvPool's own threads) as an engine of :class:`~sb3_async.env_pool.AsyncEnvPool`.
 
 ``AsyncEnvPool("HalfCheetah-v5", 8, engine="envpool")`` serves every env from one ``envpool.make(...)`` pool held in
-the main process: :class:`EnvPoolGroup` answers the same ``step``/``reset``/``call`` commands as a worker's group of
+the main process: :class:`EnvPoolGroup` answers the same ``step``/``reset``/``call`` commands as a host's group of
 gymnasium envs, so ids, the PettingZoo and ``send``/``recv`` dialects, ``as_vec_env()`` and the autoreset semantics are
 the pool's own code. ``pip install "sb3-async[envpool]"`` (EnvPool 1.2.5 or later; 1.2.7 has wheels for Python 3.11 to 3.14).
 
@@ -20,7 +20,7 @@ What differs from the gymnasium engine, by EnvPool's design (tested in ``tests/e
   ``reset(env_id)``, so the step returns the new episode's first observation with the last one in ``final_obs``, and no
   action is discarded. Truncation by ``max_episode_steps`` comes back as ``truncated``.
 * **Stepping is synchronous**: ``send`` returns when EnvPool's threads have stepped the envs sent (as with
-  ``n_workers=0``), so ``recv(min_ready=k)`` never waits. EnvPool's threads step the envs in parallel meanwhile.
+  ``n_hosts=0``), so ``recv(min_ready=k)`` never waits. EnvPool's threads step the envs in parallel meanwhile.
 * **No per-env Python objects**: ``get_attr`` raises ``AttributeError`` (``render_mode`` is None), ``set_attr``,
   ``call`` and ``render`` raise ``EnvError``; ``reset(options=...)`` is refused (EnvPool's envs take none).
   ``on_error="restart"`` is not offered.
@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS, Missing
+from sb3_async.env_pool.host import Missing
+from sb3_async.env_pool.shared_buffers import FINAL_INFO, FINAL_OBS
 
 #: Per-env info keys of EnvPool's that describe the batch, not the env.
 _BATCH_KEYS = ("env_id", "players")

@@ -19,10 +19,9 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from sb3_async.env_pool.buffers import ARRAY_SPACES
-from sb3_async.env_pool.core import EnvError, EnvPoolBase
-from sb3_async.env_pool.groups import SpacesDifferError
-from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
+from sb3_async.env_pool.errors import EnvError, SpacesDifferError
+from sb3_async.env_pool.pool import AsyncEnvPool
+from sb3_async.env_pool.shared_buffers import ARRAY_SPACES, FINAL_INFO, FINAL_OBS
 
 __all__ = ["InvalidActionsError", "InvalidOptionsError", "PoolVectorEnv"]
 
@@ -60,7 +59,7 @@ _ENV_TYPES: dict[type[Exception], type[EnvError] | None] = {}
 
 def _raised_type(worker_traceback: str) -> type[Exception] | None:
     """The type of the exception a traceback ends with, when it is a builtin one or one of a module imported here: the
-    name the worker gave it (:class:`~sb3_async.env_pool.worker.EnvTraceback`), else the one its last line shows."""
+    name the env host gave it (:class:`~sb3_async.env_pool.host.EnvTraceback`), else the one its last line shows."""
     name = getattr(worker_traceback, "raised", "")
     if not name:
         last = worker_traceback.rstrip().rpartition("\n")[2]
@@ -111,7 +110,7 @@ def _raising_env_types(method: _Method) -> _Method:
     return wrapper  # type: ignore[return-value]
 
 
-def _observation_spaces(pool: EnvPoolBase, mode: Any) -> tuple[spaces.Space, spaces.Space]:
+def _observation_spaces(pool: AsyncEnvPool, mode: Any) -> tuple[spaces.Space, spaces.Space]:
     """The single and batch observation spaces of the view of ``pool`` in observation mode ``mode``."""
     if isinstance(mode, tuple) and len(mode) == 2:
         if not all(isinstance(space, spaces.Space) for space in mode):
@@ -136,7 +135,7 @@ def _observation_spaces(pool: EnvPoolBase, mode: Any) -> tuple[spaces.Space, spa
 
 class PoolVectorEnv(VectorEnv):
     """Gymnasium's ``VectorEnv`` over an env pool: the batches, infos (a dict of arrays with ``_key`` masks) and
-    autoreset of gymnasium's ``SyncVectorEnv`` for the same env factories and seeds, stepped by the pool's workers.
+    autoreset of gymnasium's ``SyncVectorEnv`` for the same env factories and seeds, stepped by the pool's env hosts.
 
     :param pool: the pool; closing this vector env closes it
     :param autoreset_mode: gymnasium's ``AutoresetMode`` (or its value, ``"NextStep"``...): ``NEXT_STEP`` (default, as
@@ -153,11 +152,11 @@ class PoolVectorEnv(VectorEnv):
 
     def __init__(
         self,
-        pool: EnvPoolBase,
+        pool: AsyncEnvPool,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         observation_mode: str | tuple[spaces.Space, spaces.Space] = "same",
     ):
-        if not isinstance(pool, EnvPoolBase):
+        if not isinstance(pool, AsyncEnvPool):
             raise TypeError(f"pool must be an AsyncEnvPool, got {type(pool).__name__}")
         try:
             mode = AutoresetMode(autoreset_mode)

@@ -1,9 +1,9 @@
-"""Step infos from a worker process to the pool without pickling, when they are flat dicts of scalars.
+"""Step infos from a host process to the pool without pickling, when they are flat dicts of scalars.
 
 Most envs return the same keys with numbers at every step (MuJoCo's ``x_position``, ``reward_ctrl``...; Atari's
 ``lives``, ``frame_number``). Pickling numpy scalars costs far more than stepping a small env does (each one pickles its
 dtype), and sits on the critical path of every synchronous step. Such a batch of infos has a *schema*: which envs, their
-keys and the exact type of each value. The worker announces a schema once (pickled, with the infos of that step); after
+keys and the exact type of each value. The host announces a schema once (pickled, with the infos of that step); after
 that, a step with the same schema travels as the schema's number and the values packed with :mod:`struct`, and the
 pool rebuilds dicts with values of the same types (``np.float32`` stays ``np.float32``, ``int`` stays ``int``).
 
@@ -22,7 +22,7 @@ __all__ = ["MAX_SCHEMAS", "PACKED", "InfoPacker", "InfoUnpacker"]
 
 #: First byte of a packed step reply (a pickle starts with b"\x80", an empty reply is b"")
 PACKED = b"P"
-#: Schemas a worker announces at most; past them, new ones are pickled (an env whose info keys vary without bound)
+#: Schemas a host announces at most; past them, new ones are pickled (an env whose info keys vary without bound)
 MAX_SCHEMAS = 256
 
 #: Exact type of a value -> its struct code. Types only: a subclass (an enum of int, say) is pickled, as it must be
@@ -62,7 +62,7 @@ def schema_of(infos: dict[int, dict[str, Any]]) -> Schema | None:
 
 
 class InfoPacker:
-    """The worker's side: packs a batch of infos whose schema is known, else says it must be pickled."""
+    """The host's side: packs a batch of infos whose schema is known, else says it must be pickled."""
 
     def __init__(self) -> None:
         self._known: dict[Schema, tuple[int, struct.Struct]] = {}
@@ -94,7 +94,7 @@ class InfoPacker:
 
 
 class InfoUnpacker:
-    """The pool's side, one per worker: learns the schemas the worker announces, rebuilds the packed infos."""
+    """The pool's side, one per host: learns the schemas the host announces, rebuilds the packed infos."""
 
     def __init__(self) -> None:
         self._schemas: dict[int, tuple[Schema, struct.Struct]] = {}

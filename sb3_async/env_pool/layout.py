@@ -1,7 +1,7 @@
-"""Where a pool's envs step by default: how many worker processes, and how many envs in this process.
+"""Where a pool's envs step by default: how many host processes, and how many envs in this process.
 
 Stepping every env together (a VecEnv's ``step``), one process per core, this one included, each with an equal share
-of the envs, keeps every core busy (:func:`synchronous_layout`). But handing a share to a worker and collecting it
+of the envs, keeps every core busy (:func:`synchronous_layout`). But handing a share to a host and collecting it
 costs a message round trip, so envs whose share steps faster than that are better all stepped here, as
 ``DummyVecEnv`` does (:func:`default_layout`). The pool times a few steps of an extra copy of its last env in this
 process to choose (:func:`probe_step_seconds`), and closes that copy.
@@ -19,7 +19,7 @@ from sb3_async.validation import check_int
 
 __all__ = ["HANDOVER_SECONDS", "default_layout", "probe_step_seconds", "synchronous_layout"]
 
-#: What handing a share of the envs to a worker process and collecting its results costs, about: 50-100 µs measured
+#: What handing a share of the envs to a host process and collecting its results costs, about: 50-100 µs measured
 #: on 2 cores (the split layout's time over its slower half, CartPole-v1 and HalfCheetah-v5, 8 envs).
 HANDOVER_SECONDS = 60e-6
 #: How long the probe steps its env, at most (and at least 3 steps).
@@ -27,9 +27,9 @@ PROBE_SECONDS = 0.02
 
 
 def synchronous_layout(n_envs: int, cpus: int | None = None) -> tuple[int, int]:
-    """``(n_workers, local_envs)`` for stepping ``n_envs`` envs synchronously on ``cpus`` cores (default: the cores this
-    process may run on): one process per core, this one included, each with an equal share of the envs (the workers
-    take the remainder). While the workers step, this process steps its share instead of waiting. One env or one
+    """``(n_hosts, local_envs)`` for stepping ``n_envs`` envs synchronously on ``cpus`` cores (default: the cores this
+    process may run on): one process per core, this one included, each with an equal share of the envs (the hosts
+    take the remainder). While the hosts step, this process steps its share instead of waiting. One env or one
     core: every env in this process.
     """
     n_envs = check_int("n_envs", n_envs, 1)
@@ -42,14 +42,14 @@ def synchronous_layout(n_envs: int, cpus: int | None = None) -> tuple[int, int]:
 
 
 def default_layout(n_envs: int, step_seconds: float | None, cpus: int | None = None) -> tuple[int, int]:
-    """The pool's layout when neither ``n_workers`` nor ``local_envs`` is given: :func:`synchronous_layout`, unless
-    the workers' share of the envs steps faster than :data:`HANDOVER_SECONDS` (``step_seconds``: one env step, None:
+    """The pool's layout when neither ``n_hosts`` nor ``local_envs`` is given: :func:`synchronous_layout`, unless
+    the hosts' share of the envs steps faster than :data:`HANDOVER_SECONDS` (``step_seconds``: one env step, None:
     unknown), then every env in this process (``(0, n_envs)``).
     """
-    n_workers, local_envs = synchronous_layout(n_envs, cpus)
-    if n_workers and step_seconds is not None and (n_envs - local_envs) * step_seconds < HANDOVER_SECONDS:
+    n_hosts, local_envs = synchronous_layout(n_envs, cpus)
+    if n_hosts and step_seconds is not None and (n_envs - local_envs) * step_seconds < HANDOVER_SECONDS:
         return 0, n_envs
-    return n_workers, local_envs
+    return n_hosts, local_envs
 
 
 def probe_step_seconds(factory: Any) -> float | None:

@@ -1,7 +1,7 @@
 """Multi-agent PettingZoo envs in the env pool: every (env copy, agent) pair is one slot, so one shared policy acts for
 every agent (parameter sharing).
 
-:class:`AgentSlots` holds one copy of a PettingZoo env inside an :class:`~sb3_async.env_pool.worker.EnvWorker`: its
+:class:`AgentSlots` holds one copy of a PettingZoo env inside an :class:`~sb3_async.env_pool.host.EnvHost`: its
 ``possible_agents`` are consecutive slots of the pool (copy ``c`` of an env with ``n`` agents owns slots
 ``c * n .. c * n + n - 1``, in ``possible_agents`` order), stepped once with the actions of all its slots.
 
@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from sb3_async.env_pool.buffers import FINAL_INFO, FINAL_OBS, SharedBuffers
+from sb3_async.env_pool.shared_buffers import FINAL_INFO, FINAL_OBS, SharedBuffers
 from sb3_async.env_pool.turns import TurnBasedGame, is_turn_based
 
 __all__ = [
@@ -171,9 +171,9 @@ class AgentSlots:
         self.action_space = padded_space(self._act_spaces, "action")
         self._padded_actions = {agent for agent, space in self._act_spaces.items() if space != self.action_space}
         self._zero_obs = _zeros(observation_space)
-        #: The pool's slot of each agent, in ``names`` order (set by the worker that holds this copy)
+        #: The pool's slot of each agent, in ``names`` order (set by the host that holds this copy)
         self.slots: list[int] = []
-        #: The pool's ``autoreset`` (set by the worker): False steps and reports the live agents' slots only and never
+        #: The pool's ``autoreset`` (set by the host): False steps and reports the live agents' slots only and never
         #: resets the copy (see the module's notes)
         self.autoreset = True
         self.live: set[Any] = set()

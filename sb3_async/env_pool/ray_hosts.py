@@ -1,13 +1,13 @@
 """The pool's Ray hosts (``backend="ray"``): each group of envs lives in one Ray actor, anywhere in a Ray cluster.
 
-:class:`RayEnvHost` wraps the pool's own :class:`~sb3_async.env_pool.worker.EnvWorker` (same step / reset / call code,
-same autoreset and ``on_error`` handling, same tracebacks) over buffers of its own, and answers each command as a worker
+:class:`RayEnvHost` wraps the pool's own :class:`~sb3_async.env_pool.host.EnvHost` (same step / reset / call code,
+same autoreset and ``on_error`` handling, same tracebacks) over buffers of its own, and answers each command as a host
 process does, with the results of the envs it stepped (observations, rewards, flags) in the reply: no shared memory
 between machines. :class:`RayEnvHosts` is the driver's side, with the interface of
-:class:`~sb3_async.env_pool.processes.ProcessWorkers`: one remote call per command, answered in order per host (a Ray
+:class:`~sb3_async.env_pool.process_hosts.ProcessHosts`: one remote call per command, answered in order per host (a Ray
 actor runs one caller's calls in order), ``ray.wait`` on the oldest call of each busy host, and each reply's results
 written into the pool's buffers as it is read, so the pool's logic is the same for both backends. This module imports
-neither torch nor gymnasium (the env worker is imported inside the actor).
+neither torch nor gymnasium (the env host is imported inside the actor).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from sb3_async.runtime.processes import Launcher
 from sb3_async.validation import check_nonnegative
 
 if TYPE_CHECKING:
-    from sb3_async.env_pool.buffers import SharedBuffers
+    from sb3_async.env_pool.shared_buffers import SharedBuffers
 
 __all__ = ["RayEnvHost", "RayEnvHosts"]
 
@@ -41,12 +41,12 @@ class RayEnvHost:
     """
 
     def __init__(self, ids: list[int], factories_blob: bytes, autoreset: bool, on_error: str):
-        from sb3_async.env_pool.worker import EnvWorker  # in the actor: the driver's import of this module stays light
+        from sb3_async.env_pool.host import EnvHost  # in the actor: the driver's import of this module stays light
 
         self._fatal: str | None = None
         try:
-            self._worker = EnvWorker(ids, cloudpickle.loads(factories_blob), autoreset, on_error)
-        except Exception:  # reported by the first call, as a process worker reports it ("fatal", its traceback)
+            self._host = EnvHost(ids, cloudpickle.loads(factories_blob), autoreset, on_error)
+        except Exception:  # reported by the first call, as a process host reports it ("fatal", its traceback)
             self._fatal = traceback.format_exc()
 
     def node_id(self) -> str:
@@ -56,7 +56,7 @@ class RayEnvHost:
         return str(ray.get_runtime_context().get_node_id())
 
     def handle(self, command: str, data: Any) -> tuple[str, Any, Any]:
-        """Serve one command of the pool as a worker process does.
+        """Serve one command of the pool as a host process does.
 
         :return: ``(kind, reply, results)``; ``results`` holds what a ``step`` (ids, observations, rewards,
             terminations, truncations) or a ``reset`` (ids, observations) wrote in the buffers; ``("fatal", traceback,
@@ -65,24 +65,24 @@ class RayEnvHost:
         if self._fatal is not None:
             return "fatal", self._fatal, None
         try:
-            worker = self._worker
+            host = self._host
             if command == "spaces":
-                return "spaces", worker.spaces, None
+                return "spaces", host.spaces, None
             if command == "buffers":  # the driver's rows of this group: a (re)started host starts from them
-                from sb3_async.env_pool.buffers import SharedBuffers
+                from sb3_async.env_pool.shared_buffers import SharedBuffers
 
                 n_envs, observations = data
-                env = worker.envs[worker.ids[0]]
-                worker.buffers = SharedBuffers(env.observation_space, env.action_space, n_envs)  # untouched pages: free
-                worker.buffers.obs.write(worker.ids, observations)
+                env = host.envs[host.ids[0]]
+                host.buffers = SharedBuffers(env.observation_space, env.action_space, n_envs)  # untouched pages: free
+                host.buffers.obs.write(host.ids, observations)
                 return "buffers", None, None
-            buffers = worker.buffers
+            buffers = host.buffers
             assert buffers is not None
             if command == "step":
                 ids, actions, restarts = data
-                ids = worker.ids if ids is None else ids
+                ids = host.ids if ids is None else ids
                 buffers.actions.write(ids, actions)
-                infos, errors = worker.step(ids, restarts)
+                infos, errors = host.step(ids, restarts)
                 done = [i for i in ids if i not in errors]
                 results = (
                     done,
@@ -93,13 +93,13 @@ class RayEnvHost:
                 )
                 return "step", (infos, errors), results if done else None
             if command == "reset":
-                infos, errors = worker.reset(data)
+                infos, errors = host.reset(data)
                 done = list(infos)
                 return "reset", (infos, errors), (done, buffers.obs.read(done)) if done else None
             if command == "call":
-                return "call", worker.call(*data), None
+                return "call", host.call(*data), None
             if command == "close":
-                worker.close()
+                host.close()
                 return "closed", None, None
             raise ValueError(f"Unknown command {command!r}")
         except Exception:
@@ -112,7 +112,7 @@ class RayEnvHosts:
 
     Holds no reference to the pool, so that the pool's finalizer can close it.
 
-    :param n_hosts: number of hosts (the pool's ``n_workers``)
+    :param n_hosts: number of hosts (the pool's ``n_hosts``)
     :param autoreset: the pool's ``autoreset``
     :param on_error: the pool's ``on_error``
     :param address: the Ray cluster (default ``RAY_ADDRESS``, else a Ray initialized in this process, else a local Ray
@@ -149,60 +149,60 @@ class RayEnvHosts:
         self._closed = False
         self._owns_ray = ray_connect.connect_ray(self._ray, address, init_kwargs, n_hosts * self.num_cpus_per_worker)
 
-    def start(self, w: int, ids: list[int], factories_blob: bytes) -> None:
-        """Start host ``w``; its first reply is its envs' spaces (a worker process's handshake)."""
-        name = f"{self._prefix}host-{w}-{self._generation[w]}"
-        self._generation[w] += 1
+    def start(self, h: int, ids: list[int], factories_blob: bytes) -> None:
+        """Start host ``h``; its first reply is its envs' spaces (a host process's handshake)."""
+        name = f"{self._prefix}host-{h}-{self._generation[h]}"
+        self._generation[h] += 1
         # restarts are the pool's (on_error="restart"): it knows which envs to report truncated
         actor = Launcher.actor(
             self._ray, RayEnvHost, name, self.num_cpus_per_worker, ids, factories_blob, self.autoreset, self.on_error
         )
-        self._actors[w], self._names[w], self._starting[w], self._host_ids[w] = actor, name, True, ids
-        self._calls[w] = deque([actor.handle.remote("spaces", None)])
+        self._actors[h], self._names[h], self._starting[h], self._host_ids[h] = actor, name, True, ids
+        self._calls[h] = deque([actor.handle.remote("spaces", None)])
 
-    def share(self, w: int, buffers: SharedBuffers, ids: list[int]) -> None:
-        """Give host ``w`` the driver's rows of its envs (``ids``: the slots of a multi-agent env's copies); replies are
+    def share(self, h: int, buffers: SharedBuffers, ids: list[int]) -> None:
+        """Give host ``h`` the driver's rows of its envs (``ids``: the slots of a multi-agent env's copies); replies are
         written into ``buffers``."""
-        self._buffers, self._host_ids[w] = buffers, ids
-        self._calls[w].append(self._actors[w].handle.remote("buffers", (buffers.n_envs, buffers.obs.read(ids))))
-        self.receive(w, None)
+        self._buffers, self._host_ids[h] = buffers, ids
+        self._calls[h].append(self._actors[h].handle.remote("buffers", (buffers.n_envs, buffers.obs.read(ids))))
+        self.receive(h, None)
 
-    def step(self, w: int, ids: list[int] | None, restarts: dict[int, str] | None, buffers: SharedBuffers) -> None:
-        """Start a step of host ``w``'s envs ``ids`` (None: all of them) with their actions in ``buffers``."""
+    def step(self, h: int, ids: list[int] | None, restarts: dict[int, str] | None, buffers: SharedBuffers) -> None:
+        """Start a step of host ``h``'s envs ``ids`` (None: all of them) with their actions in ``buffers``."""
         self._buffers = buffers
-        rows = ids if ids is not None else self._host_ids[w]
-        self._calls[w].append(self._actors[w].handle.remote("step", (ids, buffers.actions.read(rows), restarts)))
+        rows = ids if ids is not None else self._host_ids[h]
+        self._calls[h].append(self._actors[h].handle.remote("step", (ids, buffers.actions.read(rows), restarts)))
 
-    def send(self, w: int, message: tuple[str, Any]) -> None:
-        """Start ``message`` (a command and its data) on host ``w``; its reply is read by :meth:`receive`."""
-        self._calls[w].append(self._actors[w].handle.remote(*message))
+    def send(self, h: int, message: tuple[str, Any]) -> None:
+        """Start ``message`` (a command and its data) on host ``h``; its reply is read by :meth:`receive`."""
+        self._calls[h].append(self._actors[h].handle.remote(*message))
 
-    def receive(self, w: int, timeout: float | None) -> tuple[str, Any]:
-        """The reply to host ``w``'s oldest command: ``(kind, data)``, ``("died", why)`` if the host is lost.
+    def receive(self, h: int, timeout: float | None) -> tuple[str, Any]:
+        """The reply to host ``h``'s oldest command: ``(kind, data)``, ``("died", why)`` if the host is lost.
 
         :raises TimeoutError: no reply within ``timeout`` seconds (the call stays in flight)
         """
         ray = self._ray
-        ref = self._calls[w][0]
-        starting = self._starting[w]
+        ref = self._calls[h][0]
+        starting = self._starting[h]
         try:
             kind, data, results = ray.get(ref, timeout=self.start_timeout if starting and timeout is None else timeout)
         except ray.exceptions.GetTimeoutError:
             if starting and timeout is None:
                 raise TimeoutError(
-                    f"Ray did not start the env host {self._names[w]} within {self.start_timeout} s: each host asks for"
+                    f"Ray did not start the env host {self._names[h]} within {self.start_timeout} s: each host asks for"
                     f" {self.num_cpus_per_worker} CPUs (num_cpus_per_worker), the cluster has"
-                    f" {ray.cluster_resources().get('CPU', 0)} in all; lower num_cpus_per_worker or n_workers, or add nodes"
+                    f" {ray.cluster_resources().get('CPU', 0)} in all; lower num_cpus_per_worker or n_hosts, or add nodes"
                 ) from None
             raise TimeoutError from None
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as error:
-            self._calls[w].popleft()
-            return "died", f"The Ray actor {self._names[w]} holding it was lost: {type(error).__name__}: {error}"
+            self._calls[h].popleft()
+            return "died", f"The Ray actor {self._names[h]} holding it was lost: {type(error).__name__}: {error}"
         except ray.exceptions.RayTaskError as error:  # the reply could not be sent (an unpicklable info, say)
-            self._calls[w].popleft()
+            self._calls[h].popleft()
             return "fatal", str(error)
-        self._calls[w].popleft()
-        self._starting[w] = False
+        self._calls[h].popleft()
+        self._starting[h] = False
         if results is not None:
             buffers = self._buffers
             assert buffers is not None
@@ -215,29 +215,29 @@ class RayEnvHosts:
     def ready(self, hosts: Sequence[int], timeout: float | None) -> list[int]:
         """The hosts among ``hosts`` (each with a command in flight) whose oldest command has finished, waiting up to
         ``timeout`` seconds (None: no limit) for the first."""
-        by_ref = {self._calls[w][0]: w for w in hosts}
+        by_ref = {self._calls[h][0]: h for h in hosts}
         return [by_ref[ref] for ref in ray_connect.wait_ready(self._ray, list(by_ref), timeout)]
 
-    def exitcode(self, w: int) -> int | None:
+    def exitcode(self, h: int) -> int | None:
         """None: a Ray host has no exit code the driver can see."""
         return None
 
-    def pid(self, w: int) -> int | None:
+    def pid(self, h: int) -> int | None:
         return None
 
-    def actor(self, w: int) -> Any:
-        """Host ``w``'s Ray actor handle."""
-        return self._actors[w]
+    def actor(self, h: int) -> Any:
+        """Host ``h``'s Ray actor handle."""
+        return self._actors[h]
 
     def node_ids(self) -> list[str]:
         """The Ray node each host runs on."""
         return [str(node) for node in self._ray.get([actor.node_id.remote() for actor in self._actors])]
 
-    def kill(self, w: int) -> None:
-        """Kill host ``w`` (before starting it again); its commands in flight are dropped."""
+    def kill(self, h: int) -> None:
+        """Kill host ``h`` (before starting it again); its commands in flight are dropped."""
         with contextlib.suppress(Exception):
-            self._ray.kill(self._actors[w], no_restart=True)
-        self._calls[w].clear()
+            self._ray.kill(self._actors[h], no_restart=True)
+        self._calls[h].clear()
 
     def closer(self) -> tuple[Any, tuple[Any, ...]]:
         """A function and its arguments that close the hosts (a finalizer's)."""

@@ -1,7 +1,7 @@
 """An env pool as an SB3 ``VecEnv`` (what :meth:`AsyncEnvPool.as_vec_env <sb3_async.env_pool.AsyncEnvPool.as_vec_env>`
 returns).
 
-Kept apart from the pool because it imports stable_baselines3 (and so torch), which the env workers must not.
+Kept apart from the pool because it imports stable_baselines3 (and so torch), which the env hosts must not.
 """
 
 from __future__ import annotations
@@ -15,33 +15,32 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
-from sb3_async.env_pool.buffers import ARRAY_SPACES
-from sb3_async.env_pool.core import EnvError, EnvPoolBase
-from sb3_async.env_pool.groups import SpacesDifferError
-from sb3_async.env_pool.layout import synchronous_layout
-from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
+from sb3_async.env_pool.errors import EnvError, SpacesDifferError
+from sb3_async.env_pool.pool import AsyncEnvPool
+from sb3_async.env_pool.shared_buffers import ARRAY_SPACES, FINAL_INFO, FINAL_OBS
 
-__all__ = ["PoolVecEnv", "synchronous_layout"]
+__all__ = ["PoolVecEnv"]
 
 
 class PoolVecEnv(VecEnv):
     """SB3's ``VecEnv`` over an env pool with same-step autoreset: the transitions ``DummyVecEnv`` gives for the same
     env factories and seeds (``terminal_observation`` and ``TimeLimit.truncated`` in the infos, the reset infos in
-    ``reset_infos``), stepped by the pool's workers.
+    ``reset_infos``), stepped by the pool's env hosts.
 
     Also usable as SB3's ``vec_env_cls``: ``make_vec_env("CartPole-v1", n_envs=8, vec_env_cls=PoolVecEnv)``.
 
     :param pool: the pool (``autoreset=True``), or env factories to build one from; closing this VecEnv closes it
     :param pool_kwargs: for the pool when ``pool`` is a list of factories (as ``vec_env_kwargs``; see
-        :class:`~sb3_async.env_pool.AsyncEnvPool`, whose default layout, :func:`synchronous_layout`, suits a VecEnv)
+        :class:`~sb3_async.env_pool.AsyncEnvPool`, whose default layout,
+        :func:`~sb3_async.env_pool.layout.synchronous_layout`, suits a VecEnv)
     """
 
-    def __init__(self, pool: EnvPoolBase | list[Callable[[], gym.Env]], **pool_kwargs: Any):
+    def __init__(self, pool: AsyncEnvPool | list[Callable[[], gym.Env]], **pool_kwargs: Any):
         if isinstance(pool, list):
-            pool = EnvPoolBase(pool, **pool_kwargs)
+            pool = AsyncEnvPool(pool, **pool_kwargs)
         elif pool_kwargs:
             raise ValueError(f"pool_kwargs {sorted(pool_kwargs)} apply to a list of env factories, not to a built pool")
-        if not isinstance(pool, EnvPoolBase):
+        if not isinstance(pool, AsyncEnvPool):
             raise TypeError(f"pool must be an AsyncEnvPool or a list of env factories, got {type(pool).__name__}")
         if not pool.autoreset:
             raise ValueError("as_vec_env() needs an AsyncEnvPool with autoreset=True (SB3's VecEnv semantics)")

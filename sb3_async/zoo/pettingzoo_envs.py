@@ -78,8 +78,8 @@ def make_pettingzoo_vec_env(
         raise ValueError(
             f"env_wrapper cannot wrap the PettingZoo env {pettingzoo_id}: gymnasium wrappers take a gymnasium env"
         )
-    n_workers = 0 if vec_env_cls in (None, DummyVecEnv) else None
-    pool = AsyncEnvPool(PettingZooEnv(pettingzoo_id, env_kwargs), n_envs=n_envs, n_workers=n_workers)
+    n_hosts = 0 if vec_env_cls in (None, DummyVecEnv) else None
+    pool = AsyncEnvPool(PettingZooEnv(pettingzoo_id, env_kwargs), n_envs=n_envs, n_hosts=n_hosts)
     venv: VecEnv = pool.as_vec_env()
     venv.seed(seed)
     return _OneCopyVecEnv(venv) if one_copy_as_one_env and n_envs == 1 else venv

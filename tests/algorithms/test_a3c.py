@@ -102,7 +102,7 @@ def test_progress_bar_and_evaluate_policy():
     "make",
     [
         lambda: A3C("MlpPolicy", "CartPole-v1", n_workers=2, n_envs_per_worker=2, seed=0),
-        lambda: AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=2, learning_starts=100, pool_kwargs=dict(n_workers=0), seed=0),
+        lambda: AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=2, learning_starts=100, pool_kwargs=dict(n_hosts=0), seed=0),
     ],
     ids=["A3C", "AEDDPG"],
 )
@@ -336,7 +336,7 @@ def test_aeddpg_leaves_its_env_processes_their_cpus(monkeypatch):
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(4)
-        model = small_model("AEDDPG", pool_kwargs=dict(n_workers=2))
+        model = small_model("AEDDPG", pool_kwargs=dict(n_hosts=2))
         seen = _ThreadsSeen()
         model.learn(60, callback=seen)
         model.env.close()

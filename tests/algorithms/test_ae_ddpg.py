@@ -36,7 +36,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 SMALL_NET = dict(net_arch=dict(pi=[16], qf=[16]))
-LOCAL = dict(n_workers=0)  # envs stepped in this process: no process start-up for tests that need none
+LOCAL = dict(n_hosts=0)  # envs stepped in this process: no process start-up for tests that need none
 
 
 class TaggedEnv(gym.Env):
@@ -149,7 +149,7 @@ def test_storing_rule_fed_from_interleaved_envs_per_env_caches_shared_r_max() ->
 def test_a_slow_env_does_not_stall_the_others() -> None:
     factories = [tagged(tag=0, sleep=1.0, length=1000), tagged(tag=1, length=1000), tagged(tag=2, length=1000)]
     model = AEDDPG(
-        "MlpPolicy", AsyncEnvPool(factories, n_workers=3), learning_starts=0, gradient_steps=1, batch_size=8,
+        "MlpPolicy", AsyncEnvPool(factories, n_hosts=3), learning_starts=0, gradient_steps=1, batch_size=8,
         policy_kwargs=SMALL_NET, seed=0,
     )  # fmt: skip
     start = time.perf_counter()
@@ -169,7 +169,7 @@ def test_gradient_steps_run_while_the_envs_step() -> None:
     step_seconds = 0.02
     factories = [tagged(tag=i, sleep=step_seconds, length=1000) for i in range(2)]
     model = AEDDPG(
-        "MlpPolicy", AsyncEnvPool(factories, n_workers=2), learning_starts=0, gradient_steps=20, batch_size=32, seed=0,
+        "MlpPolicy", AsyncEnvPool(factories, n_hosts=2), learning_starts=0, gradient_steps=20, batch_size=32, seed=0,
         train_freq=2, buffer_size=1000, policy_kwargs=SMALL_NET,
     )  # fmt: skip
     sample = model.replay_buffer.sample
@@ -194,7 +194,7 @@ def test_updates_per_transition_buys_exactly_that_many_gradient_steps(ratio: flo
     # total at floor(transitions trained on x ratio), however the transitions were grouped.
     factories = [tagged(tag=i, sleep=0.002 * i, length=7) for i in range(3)]
     model = AEDDPG(
-        "MlpPolicy", AsyncEnvPool(factories, n_workers=3), learning_starts=10, batch_size=8, seed=0,
+        "MlpPolicy", AsyncEnvPool(factories, n_hosts=3), learning_starts=10, batch_size=8, seed=0,
         buffer_size=1000, policy_kwargs=SMALL_NET, updates_per_transition=ratio,
     )  # fmt: skip
     passed: list[int] = []
@@ -293,7 +293,7 @@ def test_callbacks_once_per_n_envs_transitions_and_each_episode_once() -> None:
             assert len(self.locals["infos"]) == 3
             return True
 
-    pool = AsyncEnvPool([tagged(tag=i, length=4) for i in range(3)], n_workers=0)
+    pool = AsyncEnvPool([tagged(tag=i, length=4) for i in range(3)], n_hosts=0)
     model = AEDDPG("MlpPolicy", pool, learning_starts=10, policy_kwargs=SMALL_NET, seed=0)
     callback = Count()
     model.learn(60, callback=callback, progress_bar=True)
@@ -337,7 +337,7 @@ def test_callback_stop_keeps_the_pool_and_learn_continues(tmp_path: Any) -> None
 
 def test_save_load_with_the_dual_replay_round_trips(tmp_path: Any) -> None:
     model = AEDDPG(
-        "MlpPolicy", "Pendulum-v1", n_envs=2, pool_kwargs=dict(n_workers=0, env_kwargs=dict(max_episode_steps=50)),
+        "MlpPolicy", "Pendulum-v1", n_envs=2, pool_kwargs=dict(n_hosts=0, env_kwargs=dict(max_episode_steps=50)),
         learning_starts=250, buffer_size=2000, replay_buffer_kwargs=dict(hmemory_size=500), policy_kwargs=SMALL_NET, seed=1,
     )  # fmt: skip
     model.learn(300)
@@ -432,7 +432,7 @@ def test_random_walk_streams_advance_only_for_their_envs_steps() -> None:
         (dict(updates_per_transition=float("nan")), "updates_per_transition"),
         (dict(updates_per_transition=2, gradient_steps=4), "gradient_steps=-1"),
         (
-            dict(pool_kwargs=dict(n_workers=0), n_envs=2, action_noise=RandomWalkActionNoise(np.zeros(1), n_envs=3)),
+            dict(pool_kwargs=dict(n_hosts=0), n_envs=2, action_noise=RandomWalkActionNoise(np.zeros(1), n_envs=3)),
             "3 streams",
         ),
     ],
@@ -454,8 +454,8 @@ def test_a_vec_env_wrapper_is_refused_with_what_to_pass() -> None:
 # ---------------------------------------------------------------- reliability
 def test_an_env_error_names_the_env_with_its_traceback_and_closes_the_pool() -> None:
     factories = [tagged(tag=0, length=50), tagged(tag=1, length=50, fail_at=7)]
-    pool = AsyncEnvPool(factories, n_workers=2)
-    pids = pool.worker_pids()
+    pool = AsyncEnvPool(factories, n_hosts=2)
+    pids = pool.host_pids()
     model = AEDDPG("MlpPolicy", pool, learning_starts=5, policy_kwargs=SMALL_NET)
     with pytest.raises(EnvError, match="Env 1") as error:
         model.learn(200)
@@ -465,17 +465,17 @@ def test_an_env_error_names_the_env_with_its_traceback_and_closes_the_pool() -> 
 
 
 def test_a_dead_env_process_is_reported() -> None:
-    pool = AsyncEnvPool([tagged(tag=0, length=50, sleep=0.01), tagged(tag=1, length=50, sleep=0.01)], n_workers=2)
-    pids = pool.worker_pids()
+    pool = AsyncEnvPool([tagged(tag=0, length=50, sleep=0.01), tagged(tag=1, length=50, sleep=0.01)], n_hosts=2)
+    pids = pool.host_pids()
 
     class Kill(BaseCallback):
         def _on_step(self) -> bool:
             if self.num_timesteps >= 20:
-                os.kill(pool.worker_pids()[1], signal.SIGKILL)
+                os.kill(pool.host_pids()[1], signal.SIGKILL)
             return True
 
     model = AEDDPG("MlpPolicy", pool, learning_starts=5, policy_kwargs=SMALL_NET)
-    with pytest.raises(WorkerError, match="env pool worker of env 1"):
+    with pytest.raises(WorkerError, match="env host of env 1"):
         model.learn(400, callback=Kill())
     assert pool.closed and not any(os.path.exists(f"/proc/{pid}") for pid in pids)
 
@@ -514,7 +514,7 @@ def test_zoo_entry_builds_its_model(env_id: str, tmp_path: Any, monkeypatch: pyt
     config = yaml.safe_load(entry.config_path.read_text())[env_id]
     manager = ExperimentManager(
         argparse.Namespace(), "ae_ddpg", env_id, str(tmp_path), n_timesteps=0, eval_freq=-1, seed=0,
-        config=str(entry.config_path), hyperparams=dict(n_envs=2, pool_kwargs=dict(n_workers=1)),
+        config=str(entry.config_path), hyperparams=dict(n_envs=2, pool_kwargs=dict(n_hosts=1)),
     )  # fmt: skip
     try:
         result = manager.setup_experiment()
@@ -543,8 +543,8 @@ def test_ctrl_c_during_learn_leaves_no_env_process() -> None:
                 raise KeyboardInterrupt
             return True
 
-    pool = AsyncEnvPool([tagged(tag=0, length=50), tagged(tag=1, length=50)], n_workers=1)
-    pids = pool.worker_pids()
+    pool = AsyncEnvPool([tagged(tag=0, length=50), tagged(tag=1, length=50)], n_hosts=1)
+    pids = pool.host_pids()
     model = AEDDPG("MlpPolicy", pool, learning_starts=100, policy_kwargs=SMALL_NET)
     with pytest.raises(KeyboardInterrupt):
         model.learn(100, callback=Interrupt())

@@ -45,7 +45,7 @@ def fixed_batch(obs_dim: int, act_dim: int, batch: int = 64, seed: int = 0) -> d
 def test_the_dpg_update_with_fused_adam_equals_it_with_sb3s_adam(algorithm, prioritized) -> None:
     kwargs = dict(n_envs=1, seed=0) if algorithm is AEDDPG else dict(seed=0)
     if algorithm is AEDDPG:
-        kwargs["pool_kwargs"] = dict(n_workers=0)
+        kwargs["pool_kwargs"] = dict(n_hosts=0)
     net = dict(net_arch=dict(pi=[32, 32], qf=[32, 32]))
     optimized = algorithm("MlpPolicy", "Pendulum-v1", policy_kwargs=net, **kwargs)
     reference = algorithm("MlpPolicy", "Pendulum-v1", policy_kwargs=dict(net, optimizer_kwargs={}), **kwargs)

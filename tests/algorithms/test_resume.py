@@ -136,7 +136,7 @@ CASES = {
         "MlpPolicy",
         "Pendulum-v1",
         n_envs=2,
-        pool_kwargs=dict(n_workers=0),
+        pool_kwargs=dict(n_hosts=0),
         learning_starts=100,
         buffer_size=5000,
         policy_kwargs=SMALL_NET,

@@ -181,7 +181,7 @@ def test_a_mask_without_legal_action_fails_learn_naming_the_env_and_step():
 
 @pytest.mark.parametrize("name", ["A3C", "ApeXDPG", "AEDDPG"])
 def test_continuous_algorithms_refuse_an_env_with_masks_naming_env(name):
-    kwargs: dict[str, Any] = dict(n_envs=2, pool_kwargs=dict(n_workers=0)) if name == "AEDDPG" else {}
+    kwargs: dict[str, Any] = dict(n_envs=2, pool_kwargs=dict(n_hosts=0)) if name == "AEDDPG" else {}
     with pytest.raises(ValueError, match=r"Invalid env: it has action_masks\(\).*Box"):
         getattr(sb3_async, name)("MlpPolicy", masked_pendulum, **kwargs)
 

@@ -251,7 +251,7 @@ def test_callbacks_see_the_final_step_count(name):
     """After learn(), the callbacks hold model.num_timesteps (as with SB3's algorithms), also the steps the workers took
     after the last on_step(); and when an evaluation stopped training, in the whole callback tree."""
     # AEDDPG: 3 envs in 3 processes, received as they become ready: the last callback call can leave steps unshown
-    model = small_model(name, **(dict(n_envs=3, pool_kwargs=dict(n_workers=3)) if name == "AEDDPG" else {}))
+    model = small_model(name, **(dict(n_envs=3, pool_kwargs=dict(n_hosts=3)) if name == "AEDDPG" else {}))
     count = EndCount()
     model.learn(200, callback=count)
     assert count.num_timesteps == count.at_end == model.num_timesteps >= 200

@@ -15,7 +15,7 @@ def test_a_bad_seed_is_named(seed, error):
     with pytest.raises(error, match=r"Invalid seed="):
         A3C("MlpPolicy", "CartPole-v1", n_workers=1, seed=seed)
     with pytest.raises(error, match=r"Invalid seed="):
-        AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=1, pool_kwargs=dict(n_workers=0), seed=seed)
+        AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=1, pool_kwargs=dict(n_hosts=0), seed=seed)
 
 
 def test_apex_names_its_worker_arguments():
@@ -43,12 +43,12 @@ def test_a_refused_action_space_names_the_algorithms_that_take_it():
 
 def test_min_ready_above_the_envs_is_refused():
     with pytest.raises(ValueError, match=r"Invalid min_ready=3: at most the 2 envs"):
-        AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=2, min_ready=3, pool_kwargs=dict(n_workers=0))
+        AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=2, min_ready=3, pool_kwargs=dict(n_hosts=0))
 
 
 @pytest.mark.parametrize("timeout,error", [(-1, ValueError), ("1", TypeError), (float("nan"), ValueError)])
 def test_a_bad_recv_timeout_is_named(timeout, error):
-    pool = AsyncEnvPool([functools.partial(gym.make, "CartPole-v1")] * 2, n_workers=0)
+    pool = AsyncEnvPool([functools.partial(gym.make, "CartPole-v1")] * 2, n_hosts=0)
     try:
         pool.reset(seed=0)
         pool.send({0: 0, 1: 0})
@@ -80,9 +80,9 @@ class WrongShapeEnv(gym.Env):
         return np.zeros(5, np.float32), 0.0, False, False, {}
 
 
-@pytest.mark.parametrize("n_workers", [0, 1])
-def test_an_observation_outside_its_space_is_named(n_workers):
-    pool = AsyncEnvPool([WrongShapeEnv] * 2, n_workers=n_workers)
+@pytest.mark.parametrize("n_hosts", [0, 1])
+def test_an_observation_outside_its_space_is_named(n_hosts):
+    pool = AsyncEnvPool([WrongShapeEnv] * 2, n_hosts=n_hosts)
     try:
         pool.reset(seed=0)
         with pytest.raises(Exception, match=r"(?s)Env 0's value does not fit the space Box\(.*\(4,\).*got shape \(5,\)"):

@@ -136,7 +136,7 @@ def test_env_workers_do_not_import_torch():
                 return "torch" in sys.modules
 
         if __name__ == "__main__":
-            with AsyncEnvPool(lambda: Probe(gym.make("CartPole-v1")), n_envs=2, n_workers=2) as pool:
+            with AsyncEnvPool(lambda: Probe(gym.make("CartPole-v1")), n_envs=2, n_hosts=2) as pool:
                 print(pool.call("torch_loaded"))
         """
     )
@@ -167,7 +167,7 @@ def test_parallel_env_api_and_seeding():
         np.testing.assert_array_equal(subset[0], gym.make("CartPole-v1").reset(seed=5)[0])
 
 
-@pytest.mark.parametrize("layout", [dict(n_workers=0), dict(n_workers=2), dict(n_workers=1, local_envs=1)])
+@pytest.mark.parametrize("layout", [dict(n_hosts=0), dict(n_hosts=2), dict(n_hosts=1, local_envs=1)])
 def test_same_step_autoreset_matches_a_local_env(layout):
     with AsyncEnvPool(cartpole(), n_envs=2, **layout) as pool:
         pool.reset(seed=3)
@@ -211,7 +211,7 @@ def test_autoreset_off_follows_pettingzoo_and_keeps_truncation_apart():
 # ---------------------------------------------------------------------------------------------------- send / recv
 def test_recv_returns_the_ready_envs_first_and_oldest_first():
     factories = [lambda: SleepyEnv(gym.make("CartPole-v1"), 1.0)] + [lambda: SleepyEnv(gym.make("CartPole-v1"), 0.0)] * 3
-    with AsyncEnvPool(factories, n_workers=4) as pool:
+    with AsyncEnvPool(factories, n_hosts=4) as pool:
         pool.reset(seed=0)
         pool.send({0: 0, 1: 0, 2: 0, 3: 0})
         obs, *_ = pool.recv(min_ready=3)
@@ -228,7 +228,7 @@ def test_recv_returns_the_ready_envs_first_and_oldest_first():
 
 
 def test_recv_with_uneven_step_times_serves_every_env():
-    with AsyncEnvPool(lambda: SleepyEnv(gym.make("CartPole-v1")), n_envs=6, n_workers=6) as pool:
+    with AsyncEnvPool(lambda: SleepyEnv(gym.make("CartPole-v1")), n_envs=6, n_hosts=6) as pool:
         pool.reset(seed=0)
         pool.send({i: 0 for i in range(6)})
         steps = dict.fromkeys(range(6), 0)
@@ -242,7 +242,7 @@ def test_recv_with_uneven_step_times_serves_every_env():
 
 
 def test_recv_timeout_keeps_the_results():
-    with AsyncEnvPool(lambda: SleepyEnv(gym.make("CartPole-v1"), 0.5), n_envs=1, n_workers=1) as pool:
+    with AsyncEnvPool(lambda: SleepyEnv(gym.make("CartPole-v1"), 0.5), n_envs=1, n_hosts=1) as pool:
         pool.reset(seed=0)
         pool.send({0: 1})
         with pytest.raises(TimeoutError):
@@ -252,7 +252,7 @@ def test_recv_timeout_keeps_the_results():
 
 
 # ---------------------------------------------------------------------------------------------------- SB3 VecEnv
-@pytest.mark.parametrize("layout", [{}, {"n_workers": 0}])  # n_workers=0: PoolVecEnv steps the envs directly
+@pytest.mark.parametrize("layout", [{}, {"n_hosts": 0}])  # n_hosts=0: PoolVecEnv steps the envs directly
 def test_vec_env_gives_the_transitions_of_subproc_vec_env(layout):
     factories = [lambda: RecordEpisodeStatistics(gym.make("CartPole-v1", max_episode_steps=20))] * 2
     pool_env = AsyncEnvPool(factories, **layout).as_vec_env()
@@ -280,15 +280,15 @@ def test_vec_env_gives_the_transitions_of_subproc_vec_env(layout):
         subproc.close()
 
 
-def test_local_envs_step_in_this_process_alongside_the_workers():
-    """n_workers=1, local_envs=2: envs 2 and 3 live here, 0 and 1 in the worker; every dialect sees one pool."""
+def test_local_envs_step_in_this_process_alongside_the_hosts():
+    """n_hosts=1, local_envs=2: envs 2 and 3 live here, 0 and 1 in the env host; every dialect sees one pool."""
 
     def make():
         env = RecordEpisodeStatistics(gym.make("CartPole-v1"))
         env.pid = os.getpid()  # where it was built
         return env
 
-    with AsyncEnvPool(make, n_envs=4, n_workers=1, local_envs=2) as pool:
+    with AsyncEnvPool(make, n_envs=4, n_hosts=1, local_envs=2) as pool:
         assert pool.local_envs == 2 and "local_envs=2" in repr(pool)
         pids = pool.get_attr("pid")
         assert pids[2] == pids[3] == os.getpid() and pids[0] == pids[1] != os.getpid()
@@ -307,7 +307,7 @@ def test_local_envs_step_in_this_process_alongside_the_workers():
         pool.set_attr("marker", 7, [2])
         assert pool.get_attr("marker", [2]) == [7]
         assert pool.env_is_wrapped(RecordEpisodeStatistics) == [True] * 4
-    venv = AsyncEnvPool(cartpole(max_episode_steps=20), n_envs=4, n_workers=1, local_envs=2).as_vec_env()
+    venv = AsyncEnvPool(cartpole(max_episode_steps=20), n_envs=4, n_hosts=1, local_envs=2).as_vec_env()
     reference = DummyVecEnv([cartpole(max_episode_steps=20)] * 4)
     try:
         venv.seed(3)
@@ -320,7 +320,7 @@ def test_local_envs_step_in_this_process_alongside_the_workers():
                 np.testing.assert_array_equal(mine, other)
     finally:
         venv.close()
-    with AsyncEnvPool([cartpole(), failing(2), cartpole()], n_workers=1, local_envs=2) as pool:  # env 1 is local
+    with AsyncEnvPool([cartpole(), failing(2), cartpole()], n_hosts=1, local_envs=2) as pool:  # env 1 is local
         check_env_1_error_spares_the_others(pool)
         obs, *_ = pool.step({0: 1, 2: 1})
         assert sorted(obs) == [0, 2]
@@ -328,7 +328,7 @@ def test_local_envs_step_in_this_process_alongside_the_workers():
 
 def test_vec_env_methods_and_wrappers():
     make = lambda: RecordEpisodeStatistics(FailingEnv(gym.make("CartPole-v1", render_mode="rgb_array"), 10**6))  # noqa: E731
-    venv = AsyncEnvPool(make, n_envs=3, n_workers=2).as_vec_env()  # envs 0 and 1 in worker processes
+    venv = AsyncEnvPool(make, n_envs=3, n_hosts=2).as_vec_env()  # envs 0 and 1 in worker processes
     try:
         assert venv.render_mode == "rgb_array"
         assert venv.get_attr("spec", indices=[1])[0].id == "CartPole-v1"
@@ -358,26 +358,26 @@ def test_vec_env_methods_and_wrappers():
     [(8, 2, (1, 4)), (7, 2, (1, 3)), (2, 2, (1, 1)), (1, 2, (0, 1)), (8, 1, (0, 8)), (8, 4, (3, 2)), (3, 8, (2, 1))],
 )
 def test_synchronous_layout_one_process_per_core_main_included(n_envs, cpus, expected):
-    from sb3_async.env_pool.vec_env import synchronous_layout
+    from sb3_async.env_pool.layout import synchronous_layout
 
     assert synchronous_layout(n_envs, cpus) == expected
 
 
 @pytest.mark.parametrize("kwargs, name", [(dict(n_envs=0), "n_envs"), (dict(n_envs=4, cpus=0), "cpus")])
 def test_synchronous_layout_names_a_bad_argument(kwargs, name):
-    from sb3_async.env_pool.vec_env import synchronous_layout
+    from sb3_async.env_pool.layout import synchronous_layout
 
     with pytest.raises(ValueError, match=name):
         synchronous_layout(**kwargs)
 
 
 def test_pool_vec_env_from_factories_takes_the_default_layout_unless_told():
-    from sb3_async.env_pool.vec_env import synchronous_layout
+    from sb3_async.env_pool.layout import synchronous_layout
 
     venv = make_vec_env("CartPole-v1", n_envs=4, seed=3, vec_env_cls=PoolVecEnv)
     reference = make_vec_env("CartPole-v1", n_envs=4, seed=3)
     try:  # CartPole's steps are about as cheap as a handover: either layout, by the probe's timing
-        assert (venv.pool.n_workers, venv.pool.local_envs) in (synchronous_layout(4), (0, 4))
+        assert (venv.pool.n_hosts, venv.pool.local_envs) in (synchronous_layout(4), (0, 4))
         np.testing.assert_array_equal(venv.reset(), reference.reset())
         actions = np.array([0, 1, 1, 0])
         for _ in range(30):  # through episode ends: the same transitions as DummyVecEnv
@@ -388,13 +388,13 @@ def test_pool_vec_env_from_factories_takes_the_default_layout_unless_told():
     finally:
         venv.close()
         reference.close()
-    venv = make_vec_env("CartPole-v1", n_envs=4, vec_env_cls=PoolVecEnv, vec_env_kwargs={"n_workers": 2})
-    assert (venv.pool.n_workers, venv.pool.local_envs) == (2, 0)
+    venv = make_vec_env("CartPole-v1", n_envs=4, vec_env_cls=PoolVecEnv, vec_env_kwargs={"n_hosts": 2})
+    assert (venv.pool.n_hosts, venv.pool.local_envs) == (2, 0)
     venv.close()
 
 
 def test_pool_vec_env_as_make_vec_env_class():
-    venv = make_vec_env("CartPole-v1", n_envs=2, seed=3, vec_env_cls=PoolVecEnv, vec_env_kwargs={"n_workers": 0})
+    venv = make_vec_env("CartPole-v1", n_envs=2, seed=3, vec_env_cls=PoolVecEnv, vec_env_kwargs={"n_hosts": 0})
     reference = make_vec_env("CartPole-v1", n_envs=2, seed=3)
     try:
         assert venv.env_is_wrapped(Monitor) == [True, True]
@@ -419,15 +419,15 @@ def test_stock_ppo_and_td3_train_on_the_pool():
 
 # ---------------------------------------------------------------------------------------------------- errors
 def test_an_env_error_names_the_env_and_spares_the_others():
-    with AsyncEnvPool([cartpole(), failing(2), cartpole()], n_workers=2) as pool:
+    with AsyncEnvPool([cartpole(), failing(2), cartpole()], n_hosts=2) as pool:
         check_env_1_error_spares_the_others(pool)
         obs, *_ = pool.step({0: 1, 2: 1})
         assert sorted(obs) == [0, 2]
 
 
 def test_in_process_vec_env_reports_errors_and_restarts():
-    """n_workers=0: the VecEnv steps the envs directly; errors and restarts read as through the workers."""
-    venv = AsyncEnvPool([cartpole(), failing(2), cartpole()], n_workers=0).as_vec_env()
+    """n_hosts=0: the VecEnv steps the envs directly; errors and restarts read as through the env hosts."""
+    venv = AsyncEnvPool([cartpole(), failing(2), cartpole()], n_hosts=0).as_vec_env()
     try:
         venv.reset()
         venv.step(np.array([0, 0, 0]))
@@ -439,7 +439,7 @@ def test_in_process_vec_env_reports_errors_and_restarts():
         venv.close()
     with pytest.raises(RuntimeError, match="closed"):
         venv.step(np.array([0, 0, 0]))
-    venv = AsyncEnvPool([failing(2), cartpole()], n_workers=0, on_error="restart").as_vec_env()
+    venv = AsyncEnvPool([failing(2), cartpole()], n_hosts=0, on_error="restart").as_vec_env()
     try:
         first = venv.reset()
         first, *_ = venv.step(np.array([0, 0]))
@@ -451,7 +451,7 @@ def test_in_process_vec_env_reports_errors_and_restarts():
 
 
 def test_reset_errors_and_factory_errors_are_reported():
-    with AsyncEnvPool([cartpole(), lambda: ResetFailingEnv(gym.make("CartPole-v1"))], n_workers=2) as pool:
+    with AsyncEnvPool([cartpole(), lambda: ResetFailingEnv(gym.make("CartPole-v1"))], n_hosts=2) as pool:
         pool.reset(seed=0)
         with pytest.raises(EnvError, match="(?s)Env 1 of the AsyncEnvPool raised in reset.*boom in reset"):
             pool.reset(seed=0)
@@ -461,12 +461,12 @@ def test_reset_errors_and_factory_errors_are_reported():
         pool.reset(seed=0)
         obs, _ = pool.reset(seed=0)  # rebuilt and retried once
         assert list(obs) == [0]
-    with pytest.raises(WorkerError, match="(?s)env pool worker of env 1.*no env here"):
-        AsyncEnvPool([cartpole(), broken_factory], n_workers=2)
+    with pytest.raises(WorkerError, match="(?s)env host of env 1.*no env here"):
+        AsyncEnvPool([cartpole(), broken_factory], n_hosts=2)
 
 
 def test_restart_rebuilds_the_env_and_reports_a_truncation():
-    with AsyncEnvPool([failing(2), cartpole()], on_error="restart", n_workers=1) as pool:
+    with AsyncEnvPool([failing(2), cartpole()], on_error="restart", n_hosts=1) as pool:
         pool.reset(seed=0)
         first, *_ = pool.step({0: 0, 1: 0})
         obs, rewards, terminations, truncations, infos = pool.step({0: 0, 1: 0})
@@ -477,10 +477,10 @@ def test_restart_rebuilds_the_env_and_reports_a_truncation():
 
 
 def test_a_killed_worker_is_reported_within_a_second():
-    with AsyncEnvPool(lambda: SleepyEnv(gym.make("CartPole-v1"), 30.0), n_envs=2, n_workers=2) as pool:
+    with AsyncEnvPool(lambda: SleepyEnv(gym.make("CartPole-v1"), 30.0), n_envs=2, n_hosts=2) as pool:
         pool.reset(seed=0)
         pool.send({0: 0, 1: 0})
-        victim = pool.worker_pids()[1]
+        victim = pool.host_pids()[1]
         os.kill(victim, signal.SIGKILL)
         start = time.monotonic()
         with pytest.raises(WorkerError, match="killed by SIGKILL") as info:
@@ -492,7 +492,7 @@ def test_a_killed_worker_is_reported_within_a_second():
 @pytest.mark.parametrize("victim", [0, 1])
 def test_restart_respawns_a_killed_worker(victim):
     other = 1 - victim
-    with AsyncEnvPool(failing(10**6), n_envs=2, n_workers=2, on_error="restart") as pool:
+    with AsyncEnvPool(failing(10**6), n_envs=2, n_hosts=2, on_error="restart") as pool:
         pool.reset(seed=0)
         before, *_ = pool.step({0: 0, 1: 0})
         old_pid = pool.call("pid", ids=[victim])[0]
@@ -507,6 +507,23 @@ def test_restart_respawns_a_killed_worker(victim):
         assert obs[victim].shape == (4,) and pool.reset(seed=1)[0][victim].shape == (4,)
 
 
+def test_n_workers_is_a_deprecated_name_of_n_hosts():
+    """The pool's processes are env hosts: ``n_workers=`` still builds the same pool, with a DeprecationWarning naming
+    ``n_hosts``, and giving both is an error."""
+    with AsyncEnvPool("CartPole-v1", n_envs=3, n_hosts=1, local_envs=1) as expected:
+        with pytest.warns(DeprecationWarning, match="n_hosts"):
+            pool = AsyncEnvPool("CartPole-v1", n_envs=3, n_workers=1, local_envs=1)
+        with pool:
+            assert repr(pool) == repr(expected)
+            assert (pool.n_hosts, pool.local_envs, len(pool.host_pids())) == (1, 1, 1)
+            with pytest.warns(DeprecationWarning, match="n_hosts"):
+                assert pool.n_workers == 1
+            with pytest.warns(DeprecationWarning, match="host_pids"):
+                assert pool.worker_pids() == pool.host_pids()
+    with pytest.raises(ValueError, match="n_hosts=1 only: n_workers=1 is its deprecated name"):
+        AsyncEnvPool("CartPole-v1", n_envs=2, n_hosts=1, n_workers=1)
+
+
 def test_bad_input_gives_clear_errors():
     with pytest.raises(ValueError, match="n_envs"):
         AsyncEnvPool("CartPole-v1", n_envs=0)
@@ -514,22 +531,22 @@ def test_bad_input_gives_clear_errors():
         AsyncEnvPool("CartPole-v1", on_error="ignore")
     with pytest.raises(ValueError, match="start_method"):
         AsyncEnvPool("CartPole-v1", start_method="thread")
-    with pytest.raises(ValueError, match="n_workers"):
-        AsyncEnvPool("CartPole-v1", n_envs=2, n_workers=3)
+    with pytest.raises(ValueError, match="n_hosts"):
+        AsyncEnvPool("CartPole-v1", n_envs=2, n_hosts=3)
     with pytest.raises(ValueError, match="n_envs=3 but 2"):
         AsyncEnvPool([cartpole(), cartpole()], n_envs=3)
     with pytest.raises(TypeError, match="env must be"):
         AsyncEnvPool(3)
     with pytest.raises(ValueError, match="observation space"):
-        AsyncEnvPool([cartpole(), lambda: gym.make("Pendulum-v1")], n_workers=1)
+        AsyncEnvPool([cartpole(), lambda: gym.make("Pendulum-v1")], n_hosts=1)
     with pytest.raises(ValueError, match="observation space"):
-        AsyncEnvPool([cartpole(), lambda: gym.make("Pendulum-v1")], n_workers=1, local_envs=1)
-    with pytest.raises(ValueError, match="local_envs=1 with n_workers=0"):
-        AsyncEnvPool("CartPole-v1", n_envs=2, n_workers=0, local_envs=1)
-    with pytest.raises(ValueError, match="local_envs=2: at most n_envs - n_workers = 1"):
-        AsyncEnvPool("CartPole-v1", n_envs=3, n_workers=2, local_envs=2)
+        AsyncEnvPool([cartpole(), lambda: gym.make("Pendulum-v1")], n_hosts=1, local_envs=1)
+    with pytest.raises(ValueError, match="local_envs=1 with n_hosts=0"):
+        AsyncEnvPool("CartPole-v1", n_envs=2, n_hosts=0, local_envs=1)
+    with pytest.raises(ValueError, match="local_envs=2: at most n_envs - n_hosts = 1"):
+        AsyncEnvPool("CartPole-v1", n_envs=3, n_hosts=2, local_envs=2)
     with pytest.raises(ValueError, match="local_envs"):
-        AsyncEnvPool("CartPole-v1", n_envs=3, n_workers=1, local_envs=-1)
+        AsyncEnvPool("CartPole-v1", n_envs=3, n_hosts=1, local_envs=-1)
     with AsyncEnvPool("CartPole-v1", n_envs=2) as pool:
         pool.reset()
         with pytest.raises(KeyError, match="Unknown env id 5"):
@@ -551,22 +568,22 @@ def test_bad_input_gives_clear_errors():
         with pytest.raises(ValueError, match="Invalid action"):
             venv.step(np.array([0, 7]))
     with pytest.raises(ValueError, match="autoreset=True"):
-        AsyncEnvPool("CartPole-v1", autoreset=False, n_workers=0).as_vec_env()
+        AsyncEnvPool("CartPole-v1", autoreset=False, n_hosts=0).as_vec_env()
     with pytest.raises(RuntimeError, match="closed"):
         pool.reset()
 
 
 # ---------------------------------------------------------------------------------------------------- cleanup
 def test_close_and_garbage_collection_leave_no_process_and_no_named_memory():
-    pool = AsyncEnvPool("CartPole-v1", n_envs=2, n_workers=2)
+    pool = AsyncEnvPool("CartPole-v1", n_envs=2, n_hosts=2)
     fd = pool.buffers.fd
     assert os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:")  # anonymous: never a name in /dev/shm
-    pids = pool.worker_pids()
+    pids = pool.host_pids()
     pool.close()
     pool.close()
     assert wait_gone(pids, 1.0)
-    pool = AsyncEnvPool("CartPole-v1", n_envs=2, n_workers=2)
-    pids = pool.worker_pids()
+    pool = AsyncEnvPool("CartPole-v1", n_envs=2, n_hosts=2)
+    pids = pool.host_pids()
     del pool
     gc.collect()
     assert wait_gone(pids, 5.0)
@@ -588,9 +605,9 @@ def test_parent_death_or_ctrl_c_leaves_no_process(how):
                 time.sleep(30)
 
         if __name__ == "__main__":
-            pool = AsyncEnvPool(lambda: Slow(gym.make("CartPole-v1")), n_envs=2, n_workers=2)
+            pool = AsyncEnvPool(lambda: Slow(gym.make("CartPole-v1")), n_envs=2, n_hosts=2)
             pool.reset()
-            print(*pool.worker_pids(), flush=True)
+            print(*pool.host_pids(), flush=True)
             pool.send({{0: 0, 1: 0}})
             if "{how}" == "SIGKILL":
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -665,38 +682,38 @@ def test_the_probe_times_a_step_and_closes_its_env():
 
 
 def test_a_pool_takes_the_default_layout_unless_told(monkeypatch):
-    from sb3_async.env_pool import core
-    from sb3_async.env_pool.vec_env import synchronous_layout
+    from sb3_async.env_pool import options
+    from sb3_async.env_pool.layout import synchronous_layout
 
     with AsyncEnvPool(SlowStepEnv, n_envs=4) as pool:  # dear steps
-        assert (pool.n_workers, pool.local_envs) == synchronous_layout(4)
+        assert (pool.n_hosts, pool.local_envs) == synchronous_layout(4)
     if synchronous_layout(4)[0]:  # several cores: steps cheaper than a handover stay here
-        monkeypatch.setattr(core, "probe_step_seconds", lambda factory: 1e-7)
+        monkeypatch.setattr(options, "probe_step_seconds", lambda factory: 1e-7)
         with AsyncEnvPool("CartPole-v1", n_envs=4) as pool:
-            assert (pool.n_workers, pool.local_envs) == (0, 4)
-    with AsyncEnvPool("CartPole-v1", n_envs=4, n_workers=2) as pool:  # an explicit n_workers keeps its meaning
-        assert (pool.n_workers, pool.local_envs) == (2, 0)
-    with AsyncEnvPool("CartPole-v1", n_envs=4, local_envs=0) as pool:  # workers only: min(n_envs, cores)
-        assert (pool.n_workers, pool.local_envs) == (min(4, os.cpu_count() or 1), 0)
+            assert (pool.n_hosts, pool.local_envs) == (0, 4)
+    with AsyncEnvPool("CartPole-v1", n_envs=4, n_hosts=2) as pool:  # an explicit n_hosts keeps its meaning
+        assert (pool.n_hosts, pool.local_envs) == (2, 0)
+    with AsyncEnvPool("CartPole-v1", n_envs=4, local_envs=0) as pool:  # env hosts only: min(n_envs, cores)
+        assert (pool.n_hosts, pool.local_envs) == (min(4, os.cpu_count() or 1), 0)
 
 
-def test_ae_ddpg_keeps_every_env_in_workers_by_default():
+def test_ae_ddpg_keeps_every_env_in_hosts_by_default():
     from sb3_async import AEDDPG
 
     model = AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=4, learning_starts=10)
     try:
-        assert (model.env.pool.n_workers, model.env.pool.local_envs) == (min(4, os.cpu_count() or 1), 0)
+        assert (model.env.pool.n_hosts, model.env.pool.local_envs) == (min(4, os.cpu_count() or 1), 0)
     finally:
         model.env.close()
 
 
 def test_workers_wait_awake_only_when_this_process_steps_envs_too():
-    from sb3_async.env_pool.worker import SPIN_SECONDS
+    from sb3_async.env_pool.host import SPIN_SECONDS
 
-    with AsyncEnvPool("CartPole-v1", n_envs=4, n_workers=1, local_envs=2) as pool:  # the split layout
-        assert pool._workers.spin_seconds == SPIN_SECONDS
+    with AsyncEnvPool("CartPole-v1", n_envs=4, n_hosts=1, local_envs=2) as pool:  # the split layout
+        assert pool.hosts.spin_seconds == SPIN_SECONDS
         pool.reset(seed=0)
         for _ in range(20):  # steps as usual
             pool.step({i: 0 for i in range(4)})
-    with AsyncEnvPool("CartPole-v1", n_envs=4, n_workers=2) as pool:  # workers only: they block at once
-        assert pool._workers.spin_seconds == 0.0
+    with AsyncEnvPool("CartPole-v1", n_envs=4, n_hosts=2) as pool:  # env hosts only: they block at once
+        assert pool.hosts.spin_seconds == 0.0

@@ -5,8 +5,7 @@ import pytest
 from stable_baselines3 import PPO, TD3
 
 from sb3_async import AsyncEnvPool
-from sb3_async.env_pool import EnvError
-from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
+from sb3_async.env_pool import FINAL_INFO, FINAL_OBS, EnvError
 
 pytest.importorskip("envpool", reason='engine="envpool" needs EnvPool (pip install "sb3-async[envpool]", Python 3.11-3.14)')
 
@@ -127,7 +126,7 @@ def test_bad_input_gives_clear_errors():
         AsyncEnvPool(lambda: None, 2, engine="envpool")
     with pytest.raises(ValueError, match="Unknown EnvPool env id"):
         pool("NoSuchEnv-v0")
-    for bad in ({"n_workers": 2}, {"on_error": "restart"}, {"backend": "ray"}, {"local_envs": 1}):
+    for bad in ({"n_hosts": 2}, {"on_error": "restart"}, {"backend": "ray"}, {"local_envs": 1}):
         with pytest.raises(ValueError, match=f"Invalid {next(iter(bad))}=.*engine='envpool'"):
             pool(**bad)
     with pytest.raises(ValueError, match="env_kwargs may not set 'num_envs'"):

@@ -20,7 +20,7 @@ from tests.space_envs import KINDS, assert_same, space_env_factories
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 N_ENVS = 3
-LAYOUTS = [{"n_workers": 2}, {"n_workers": 0}, {"n_workers": 1, "local_envs": 1}]
+LAYOUTS = [{"n_hosts": 2}, {"n_hosts": 0}, {"n_hosts": 1, "local_envs": 1}]
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
 
 
@@ -69,7 +69,7 @@ def test_the_view_gives_sync_vector_env_results(mode, obs, act):
 @pytest.mark.parametrize("kind", [kind for kind in KINDS if kind not in ("box", "discrete", "dict", "tuple")])
 def test_the_other_spaces_in_same_step_and_next_step(kind):
     for mode in MODES[:2]:
-        ours = pool_view(space_env_factories(N_ENVS, kind, kind), mode, n_workers=1)
+        ours = pool_view(space_env_factories(N_ENVS, kind, kind), mode, n_hosts=1)
         theirs = SyncVectorEnv(space_env_factories(N_ENVS, kind, kind), autoreset_mode=mode)
         try:
             assert run_side_by_side(ours, theirs, 15, mode) >= 5
@@ -79,7 +79,7 @@ def test_the_other_spaces_in_same_step_and_next_step(kind):
 
 
 def test_seeds_as_a_list_and_reset_masks_in_next_step_mode():
-    ours = pool_view(space_env_factories(N_ENVS), AutoresetMode.NEXT_STEP, n_workers=2)
+    ours = pool_view(space_env_factories(N_ENVS), AutoresetMode.NEXT_STEP, n_hosts=2)
     theirs = SyncVectorEnv(space_env_factories(N_ENVS))
     try:
         assert_same(ours.reset(seed=[4, 7, 6]), theirs.reset(seed=[4, 7, 6]))
@@ -96,7 +96,7 @@ def test_seeds_as_a_list_and_reset_masks_in_next_step_mode():
 
 
 def test_call_get_attr_set_attr_and_render_as_sync_vector_env():
-    ours = pool_view(space_env_factories(N_ENVS, render_mode="rgb_array"), AutoresetMode.SAME_STEP, n_workers=2)
+    ours = pool_view(space_env_factories(N_ENVS, render_mode="rgb_array"), AutoresetMode.SAME_STEP, n_hosts=2)
     theirs = SyncVectorEnv(space_env_factories(N_ENVS, render_mode="rgb_array"), autoreset_mode=AutoresetMode.SAME_STEP)
     try:
         for venv in (ours, theirs):
@@ -126,7 +126,7 @@ def test_call_get_attr_set_attr_and_render_as_sync_vector_env():
 @pytest.mark.parametrize("mode", MODES[:2], ids=lambda m: m.value)
 def test_gymnasium_vector_wrappers_on_top(mode):
     """RecordEpisodeStatistics reads metadata["autoreset_mode"] to count episodes; the same episodes either way."""
-    ours = RecordEpisodeStatistics(pool_view(space_env_factories(N_ENVS), mode, n_workers=2))
+    ours = RecordEpisodeStatistics(pool_view(space_env_factories(N_ENVS), mode, n_hosts=2))
     theirs = RecordEpisodeStatistics(SyncVectorEnv(space_env_factories(N_ENVS), autoreset_mode=mode))
     try:
         ours.reset(seed=2)
@@ -149,7 +149,7 @@ def test_gymnasium_vector_wrappers_on_top(mode):
 
 
 def test_bad_modes_and_actions_raise_clear_errors():
-    with AsyncEnvPool(space_env_factories(2), n_workers=0) as pool:
+    with AsyncEnvPool(space_env_factories(2), n_hosts=0) as pool:
         with pytest.raises(ValueError, match="Invalid autoreset_mode='Sometimes'"):
             pool.as_gym_vector_env("Sometimes")
         with pytest.raises(ValueError, match="DISABLED.*needs an AsyncEnvPool with autoreset=False"):
@@ -166,7 +166,7 @@ def test_bad_modes_and_actions_raise_clear_errors():
             venv.reset(options={"reset_mask": [True, False]})
         with pytest.raises(ValueError, match="Invalid seed"):
             venv.reset(seed=[1, 2, 3])
-    with AsyncEnvPool(space_env_factories(2), n_workers=0, autoreset=False) as pool:
+    with AsyncEnvPool(space_env_factories(2), n_hosts=0, autoreset=False) as pool:
         with pytest.raises(ValueError, match="NEXT_STEP needs an AsyncEnvPool with autoreset=True"):
             pool.as_gym_vector_env()
         venv = pool.as_gym_vector_env(AutoresetMode.DISABLED)
@@ -187,7 +187,7 @@ def test_cleanrl_style_ppo_runs_on_the_view():
     from torch import nn
 
     n_envs, n_steps = 4, 128
-    envs = AsyncEnvPool("CartPole-v1", n_envs=n_envs, n_workers=2).as_gym_vector_env()
+    envs = AsyncEnvPool("CartPole-v1", n_envs=n_envs, n_hosts=2).as_gym_vector_env()
     envs = RecordEpisodeStatistics(envs)
     torch.manual_seed(0)
     actor = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 2))
@@ -241,7 +241,7 @@ def test_errors_are_also_gymnasiums_types():
     from gymnasium.error import ClosedEnvironmentError
 
     make = functools.partial(gym.make, "CartPole-v1")
-    vec = AsyncEnvPool([make] * 2, n_workers=0).as_gym_vector_env()
+    vec = AsyncEnvPool([make] * 2, n_hosts=0).as_gym_vector_env()
     vec.reset(seed=0)
     with pytest.raises(TypeError, match="Invalid actions"):
         vec.step(np.zeros(3, dtype=np.int64))  # a batch of the wrong size
@@ -251,12 +251,12 @@ def test_errors_are_also_gymnasiums_types():
     with pytest.raises(ClosedEnvironmentError):
         vec.step(np.zeros(2, dtype=np.int64))
     with pytest.raises(RuntimeError, match="has observation space"):
-        AsyncEnvPool([make, functools.partial(gym.make, "MountainCarContinuous-v0")], n_workers=0)
+        AsyncEnvPool([make, functools.partial(gym.make, "MountainCarContinuous-v0")], n_hosts=0)
 
 
 def test_next_step_autoreset_ignores_the_resetting_envs_action():
     """As SyncVectorEnv: the env that resets at this step ignores its action, even one outside the space."""
-    vec = AsyncEnvPool([functools.partial(gym.make, "CartPole-v1")] * 2, n_workers=0).as_gym_vector_env()
+    vec = AsyncEnvPool([functools.partial(gym.make, "CartPole-v1")] * 2, n_hosts=0).as_gym_vector_env()
     try:
         vec.reset(seed=0)
         for _ in range(500):
@@ -283,7 +283,7 @@ class _RaisesOnStep(gym.Wrapper):
 def test_an_env_exception_keeps_its_type_whatever_its_message():
     """The worker names the type it raised: the view raises an EnvError of that type too, even when the message's last
     line looks like nothing (or like another type)."""
-    with AsyncEnvPool([lambda: _RaisesOnStep(gym.make("CartPole-v1"))] * 2, n_workers=1) as pool:
+    with AsyncEnvPool([lambda: _RaisesOnStep(gym.make("CartPole-v1"))] * 2, n_hosts=1) as pool:
         envs = pool.as_gym_vector_env()
         envs.reset(seed=0)
         with pytest.raises(gym.error.InvalidAction, match="first line") as caught:

@@ -156,7 +156,7 @@ def make_vector():
         if REFERENCE:
             venv: VectorEnv = SyncVectorEnv(env_fns, autoreset_mode=autoreset_mode)
         else:
-            pool_kwargs.setdefault("n_workers", 1)
+            pool_kwargs.setdefault("n_hosts", 1)
             autoreset = AutoresetMode(autoreset_mode) != DISABLED
             venv = AsyncEnvPool(list(env_fns), autoreset=autoreset, **pool_kwargs).as_gym_vector_env(autoreset_mode)
         made.append(venv)
@@ -639,7 +639,7 @@ def test_check_spaces():
         if REFERENCE:
             SyncVectorEnv(env_fns)
         else:
-            AsyncEnvPool(env_fns, n_workers=1).as_gym_vector_env()
+            AsyncEnvPool(env_fns, n_hosts=1).as_gym_vector_env()
 
 
 def custom_space_reset(env: FnEnv, seed: int | None, options: dict | None) -> tuple[str, dict]:
@@ -870,7 +870,7 @@ def pool_vector_entry_point(num_envs: int, autoreset_mode: Any = NEXT, **kwargs:
     if REFERENCE:
         return SyncVectorEnv(env_fns, autoreset_mode=autoreset_mode)
     autoreset = AutoresetMode(autoreset_mode) != DISABLED
-    return AsyncEnvPool(env_fns, n_workers=1, autoreset=autoreset).as_gym_vector_env(autoreset_mode)
+    return AsyncEnvPool(env_fns, n_hosts=1, autoreset=autoreset).as_gym_vector_env(autoreset_mode)
 
 
 @pytest.mark.parametrize("mode", [NEXT, DISABLED, SAME], ids=lambda m: m.value)
@@ -1015,7 +1015,7 @@ def vector_over(env_fns: list[Callable[[], gym.Env]], **vector_kwargs: Any) -> V
         return SyncVectorEnv(env_fns, **vector_kwargs)
     if vector_kwargs.get("observation_mode") == "same":
         del vector_kwargs["observation_mode"]
-    return AsyncEnvPool(env_fns, n_workers=1).as_gym_vector_env(**vector_kwargs)
+    return AsyncEnvPool(env_fns, n_hosts=1).as_gym_vector_env(**vector_kwargs)
 
 
 def test_invalid_observation_mode():

@@ -14,7 +14,7 @@ from tests.space_envs import assert_same, scalar_info
 
 
 def send(packer: InfoPacker, unpacker: InfoUnpacker, infos: dict) -> tuple[str, dict]:
-    """What a worker sends and the pool rebuilds (as ProcessWorkers.receive does): ``(how, infos)``."""
+    """What an env host sends and the pool rebuilds (as ProcessHosts.receive does): ``(how, infos)``."""
     packed = packer.pack(infos)
     if isinstance(packed, bytes):
         assert packed[:1] == PACKED

@@ -97,7 +97,7 @@ def race(**kwargs):
 
 
 def test_slots_are_copies_times_agents_in_order():
-    with AsyncEnvPool(race(), n_envs=2, n_workers=2) as pool:
+    with AsyncEnvPool(race(), n_envs=2, n_hosts=2) as pool:
         assert (pool.n_envs, pool.n_env_copies, pool.agents_per_env) == (6, 2, 3)
         assert pool.env_agents == ["a_0", "a_1", "a_2"] and pool.possible_agents == list(range(6))
         venv = pool.as_vec_env()
@@ -120,7 +120,7 @@ def test_slots_are_copies_times_agents_in_order():
 def test_termination_truncation_and_dead_agents_per_slot():
     """Agent 0 terminates at step 2, the others are truncated at step 4: slot 0's episode ends terminated at step 2,
     then it observes zeros (flagged dead, reward 0, its actions dropped) until the copy's episode ends at step 4."""
-    with AsyncEnvPool(race(lifetimes=(2, None, None), max_cycles=4), n_envs=1, n_workers=1) as pool:
+    with AsyncEnvPool(race(lifetimes=(2, None, None), max_cycles=4), n_envs=1, n_hosts=1) as pool:
         venv = pool.as_vec_env()
         venv.reset()
         actions = np.array([5, 6, 7])
@@ -152,7 +152,7 @@ def test_termination_truncation_and_dead_agents_per_slot():
 
 
 def test_the_pool_dialect_steps_whole_copies():
-    with AsyncEnvPool(race(lifetimes=(1, None, None)), n_envs=2, n_workers=0) as pool:
+    with AsyncEnvPool(race(lifetimes=(1, None, None)), n_envs=2, n_hosts=0) as pool:
         pool.reset()
         with pytest.raises(ValueError, match=r"slots \[4, 5\] of env copy 1 are missing"):
             pool.send({0: 1, 1: 1, 2: 1, 3: 1})
@@ -170,7 +170,7 @@ def test_autoreset_off_follows_pettingzoo_per_slot():
     leaves ``agents`` after the step that ends it (which still returns it, with its last observation), stepping it
     raises, its copy steps on with its live slots only (no padding), and the copy is not reset until ``reset`` of all
     its slots."""
-    with AsyncEnvPool(race(lifetimes=(2, None, 3)), n_envs=2, n_workers=1, local_envs=1, autoreset=False) as pool:
+    with AsyncEnvPool(race(lifetimes=(2, None, 3)), n_envs=2, n_hosts=1, local_envs=1, autoreset=False) as pool:
         with pytest.raises(ValueError, match="needs an AsyncEnvPool with autoreset=True"):
             pool.as_vec_env()
         obs, infos = pool.reset(seed=0)
@@ -233,7 +233,7 @@ def test_autoreset_off_restart_and_absent_agents():
     truncated with the error and leave ``agents``; it starts again at ``reset``. An env with an agent absent at reset
     is refused (the pool's ``agents`` after a reset are all the copy's slots)."""
     with AsyncEnvPool(
-        lambda: CrashingRaceEnv(lifetimes=(1, None, None)), n_workers=1, on_error="restart", autoreset=False
+        lambda: CrashingRaceEnv(lifetimes=(1, None, None)), n_hosts=1, on_error="restart", autoreset=False
     ) as pool:
         pool.reset()
         pool.step({0: 1, 1: 1, 2: 1})
@@ -246,7 +246,7 @@ def test_autoreset_off_restart_and_absent_agents():
         np.testing.assert_array_equal(obs[0], [10, 10])
         assert pool.agents == [0, 1, 2] and pool.get_attr("actions_seen", [0])[0] == []  # the rebuilt copy
     with (
-        AsyncEnvPool(LateRaceEnv, n_workers=0, autoreset=False) as pool,
+        AsyncEnvPool(LateRaceEnv, n_hosts=0, autoreset=False) as pool,
         pytest.raises(EnvError, match=r"no agent 'a_2' \(or no observation for it\) at reset"),
     ):
         pool.reset()
@@ -254,7 +254,7 @@ def test_autoreset_off_restart_and_absent_agents():
 
 def test_heterogeneous_spaces_are_padded():
     env = race(obs_sizes=[2, 3, 4], action_ns=[3, 4, 5])
-    with AsyncEnvPool(env, n_envs=1, n_workers=1) as pool:
+    with AsyncEnvPool(env, n_envs=1, n_hosts=1) as pool:
         assert pool.observation_space(0).shape == (4,) and pool.action_space(0) == spaces.Discrete(5)
         obs, _ = pool.reset()
         np.testing.assert_array_equal(obs[0], [10, 10, 0, 0])  # zero-padded, as SuperSuit's pad_observations_v0
@@ -264,7 +264,7 @@ def test_heterogeneous_spaces_are_padded():
 
 
 def test_agent_id_one_hot():
-    with AsyncEnvPool(race(), n_envs=1, n_workers=0, agent_id=True) as pool:
+    with AsyncEnvPool(race(), n_envs=1, n_hosts=0, agent_id=True) as pool:
         assert pool.observation_space(0).shape == (5,)
         obs, _ = pool.reset()
         np.testing.assert_array_equal(obs[1], [20, 20, 0, 1, 0])
@@ -272,35 +272,35 @@ def test_agent_id_one_hot():
 
 def test_spaces_that_cannot_be_padded_are_refused_naming_the_agents():
     with pytest.raises(ValueError, match=r"different observation spaces.*'a_0': Box.*'a_1': Discrete\(3\)"):
-        AsyncEnvPool(MixedSpacesEnv, n_workers=0)
+        AsyncEnvPool(MixedSpacesEnv, n_hosts=0)
     with pytest.raises(WorkerError, match="different observation spaces"):  # raised in the worker, its traceback shown
-        AsyncEnvPool(MixedSpacesEnv, n_workers=1)
+        AsyncEnvPool(MixedSpacesEnv, n_hosts=1)
 
 
 def test_invalid_options_are_refused():
     with pytest.raises(ValueError, match="Invalid dead_agents='mask'"):
         AsyncEnvPool(race(), dead_agents="mask")
     with pytest.raises(ValueError, match="agent_id=True applies to multi-agent PettingZoo envs only"):
-        AsyncEnvPool("CartPole-v1", n_workers=0, agent_id=True)
+        AsyncEnvPool("CartPole-v1", n_hosts=0, agent_id=True)
 
 
 def test_aec_envs_are_converted_and_turn_based_ones_are_one_slot_per_copy():
-    with AsyncEnvPool(lambda: parallel_to_aec(RaceEnv()), n_envs=2, n_workers=1) as pool:
+    with AsyncEnvPool(lambda: parallel_to_aec(RaceEnv()), n_envs=2, n_hosts=1) as pool:
         assert pool.n_envs == 6
         pool.reset()
         _, rewards, *_ = pool.step({i: i for i in range(6)})
         assert rewards == {i: float(i) for i in range(6)}
     from pettingzoo.classic import tictactoe_v3
 
-    with AsyncEnvPool(tictactoe_v3.env, n_envs=2, n_workers=0) as pool:  # the learner's seat of each copy
+    with AsyncEnvPool(tictactoe_v3.env, n_envs=2, n_hosts=0) as pool:  # the learner's seat of each copy
         assert (pool.n_envs, pool.agents_per_env) == (2, 1)
     with pytest.raises(ValueError, match="turn-based game"):  # agent slots step every agent at once: not a game's
-        AsyncEnvPool(TurnBasedEnv, n_workers=0, agent_id=True)
+        AsyncEnvPool(TurnBasedEnv, n_hosts=0, agent_id=True)
 
 
 def test_mpe_aec_env_is_converted():
     simple_spread_v3 = pytest.importorskip("mpe2.simple_spread_v3")
-    with AsyncEnvPool(lambda: simple_spread_v3.env(max_cycles=5), n_envs=2, n_workers=1) as pool:
+    with AsyncEnvPool(lambda: simple_spread_v3.env(max_cycles=5), n_envs=2, n_hosts=1) as pool:
         venv = pool.as_vec_env()
         assert venv.num_envs == 6 and venv.reset().shape == (6, 18)
         for _ in range(5):
@@ -316,7 +316,7 @@ def test_ae_ddpg_trains_on_continuous_simple_spread_and_saves(tmp_path):
     def make():
         return simple_spread_v3.parallel_env(max_cycles=25, continuous_actions=True)
 
-    pool = AsyncEnvPool(make, n_envs=2, n_workers=1)
+    pool = AsyncEnvPool(make, n_envs=2, n_hosts=1)
     model = AEDDPG(
         "MlpPolicy", pool, learning_starts=200, batch_size=32, buffer_size=5000, seed=0,
         policy_kwargs=dict(net_arch=dict(pi=[32], qf=[32])),
@@ -332,7 +332,7 @@ def test_ae_ddpg_trains_on_continuous_simple_spread_and_saves(tmp_path):
     # From a factory, n_envs counts env copies, as AsyncEnvPool's n_envs does (a slot per agent each)
     from_factory = AEDDPG("MlpPolicy", make, n_envs=2, learning_starts=100)
     assert from_factory.n_envs == 6
-    with AsyncEnvPool(make, n_envs=2, n_workers=0) as given, pytest.raises(ValueError, match="n_envs=3: the env given has 2"):
+    with AsyncEnvPool(make, n_envs=2, n_hosts=0) as given, pytest.raises(ValueError, match="n_envs=3: the env given has 2"):
         AEDDPG("MlpPolicy", given, n_envs=3)
     from_factory.env.close()
 
@@ -341,7 +341,7 @@ def _score(model, make) -> float:
     """Mean return per agent of the model, 60 deterministic slot episodes on a fresh pool."""
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    with AsyncEnvPool(make, n_envs=2, n_workers=0) as eval_pool:
+    with AsyncEnvPool(make, n_envs=2, n_hosts=0) as eval_pool:
         eval_env = eval_pool.as_vec_env()
         eval_env.seed(123)
         return evaluate_policy(model, eval_env, n_eval_episodes=60)[0]
@@ -357,7 +357,7 @@ def test_ae_ddpg_learns_continuous_simple_spread():
     def make():
         return simple_spread_v3.parallel_env(max_cycles=25, continuous_actions=True)
 
-    with AsyncEnvPool(make, n_envs=2, n_workers=1) as pool:
+    with AsyncEnvPool(make, n_envs=2, n_hosts=1) as pool:
         model = AEDDPG(
             "MlpPolicy", pool, learning_starts=200, batch_size=32, buffer_size=50_000, seed=0,
             policy_kwargs=dict(net_arch=dict(pi=[32], qf=[32])),
@@ -389,7 +389,7 @@ def test_stock_sb3_ppo_trains_on_discrete_simple_spread():
     simple_spread_v3 = pytest.importorskip("mpe2.simple_spread_v3")
     from stable_baselines3 import PPO
 
-    venv = AsyncEnvPool(lambda: simple_spread_v3.parallel_env(max_cycles=25), n_envs=2, n_workers=1).as_vec_env()
+    venv = AsyncEnvPool(lambda: simple_spread_v3.parallel_env(max_cycles=25), n_envs=2, n_hosts=1).as_vec_env()
     model = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, n_epochs=1, policy_kwargs=dict(net_arch=[32]), seed=0)
     model.learn(2000)
     assert model.num_timesteps >= 2000 and len(model.ep_info_buffer) > 0
@@ -403,7 +403,7 @@ def test_a3c_trains_on_simple_spread_with_parameter_sharing_and_saves(tmp_path):
     def make():
         return simple_spread_v3.parallel_env(max_cycles=25)
 
-    with AsyncEnvPool(make, n_envs=2, n_workers=1) as pool:
+    with AsyncEnvPool(make, n_envs=2, n_hosts=1) as pool:
         model = A3C("MlpPolicy", pool.as_vec_env(), n_workers=2, seed=0, policy_kwargs=dict(net_arch=[32]))
         assert model.n_envs_per_worker == 3 and model.n_envs == 6  # one env copy per worker, a slot per agent
         model.learn(3000)
@@ -418,7 +418,7 @@ def test_a3c_trains_on_simple_spread_with_parameter_sharing_and_saves(tmp_path):
     # Counts given to load() mean what they mean in the constructor: env copies per worker, a slot per agent
     resized = A3C.load(tmp_path / "a3c", n_workers=1, n_envs_per_worker=2)
     assert (resized.n_workers, resized.n_envs_per_worker, resized.n_envs) == (1, 6, 6)
-    with AsyncEnvPool(make, n_envs=1, n_workers=0) as pool:
+    with AsyncEnvPool(make, n_envs=1, n_hosts=0) as pool:
         assert A3C.load(tmp_path / "a3c", env=pool.as_vec_env(), n_envs_per_worker=1).n_envs_per_worker == 3
 
 
@@ -439,7 +439,7 @@ def test_same_observations_and_rewards_as_supersuit():
     supersuit = pytest.importorskip("supersuit")
     reference = supersuit.pettingzoo_env_to_vec_env_v1(simple_spread_v3.parallel_env(max_cycles=25))
     expected_obs, _ = reference.reset(seed=3)
-    with AsyncEnvPool(lambda: simple_spread_v3.parallel_env(max_cycles=25), n_workers=1) as pool:
+    with AsyncEnvPool(lambda: simple_spread_v3.parallel_env(max_cycles=25), n_hosts=1) as pool:
         venv = pool.as_vec_env()
         venv.seed(3)
         np.testing.assert_allclose(venv.reset(), expected_obs)
@@ -467,7 +467,7 @@ def _as_given(form, make):
     """The env as an algorithm takes it: the factory, an AsyncEnvPool of it (2 copies) or the pool's VecEnv view."""
     if form == "factory":
         return make, None
-    pool = AsyncEnvPool(make, n_envs=2, n_workers=1)
+    pool = AsyncEnvPool(make, n_envs=2, n_hosts=1)
     return (pool if form == "pool" else pool.as_vec_env()), pool
 
 
@@ -529,11 +529,11 @@ def test_pettingzoo_env_ids():
     assert pettingzoo_env_id("mpe2/no_such_env_v0") is None and pettingzoo_env_id("CartPole-v1") is None
     factory = PettingZooEnv("mpe2/simple_spread_v3", {"max_cycles": 5, "continuous_actions": True})
     assert cloudpickle.loads(cloudpickle.dumps(factory)) == factory
-    with AsyncEnvPool(factory, n_envs=2, n_workers=1) as pool:
+    with AsyncEnvPool(factory, n_envs=2, n_hosts=1) as pool:
         assert pool.n_envs == 6 and pool.action_space(0) == spaces.Box(0.0, 1.0, (5,), np.float32)
     if hasattr(pettingzoo, "parallel_registry"):  # PettingZoo 1.27 and later
         assert pettingzoo_env_id("classic/rps-v2") == "classic/rps-v2"
-        with AsyncEnvPool(PettingZooEnv("classic/rps-v2"), n_envs=2, n_workers=0) as pool:
+        with AsyncEnvPool(PettingZooEnv("classic/rps-v2"), n_envs=2, n_hosts=0) as pool:
             assert pool.env_agents == ["player_0", "player_1"] and pool.n_envs == 4
     with pytest.raises(ValueError, match="Invalid env id 'mpe2/no_such_env_v0'"):
         PettingZooEnv("mpe2/no_such_env_v0")()
@@ -547,7 +547,7 @@ def test_vec_normalize_over_the_pool_reaches_the_workers(one_torch_thread):
 
     from sb3_async import A3C
 
-    with AsyncEnvPool(_simple_spread, n_envs=1, n_workers=0) as pool:
+    with AsyncEnvPool(_simple_spread, n_envs=1, n_hosts=0) as pool:
         venv = VecNormalize(pool.as_vec_env())
         model = A3C("MlpPolicy", venv, n_workers=2, seed=0, policy_kwargs=dict(net_arch=[32]))
         assert model._env_recipe.multi_agent and model._env_recipe.normalizes and model.n_envs == 6
@@ -568,7 +568,7 @@ def test_knights_archers_zombies_agents_killed_early_are_padded():
     expected, _ = raw.reset(seed=7)
     names = list(raw.possible_agents)
     rng = np.random.default_rng(0)
-    with AsyncEnvPool(lambda: kaz.parallel_env(**kwargs), n_envs=1, n_workers=1) as pool:
+    with AsyncEnvPool(lambda: kaz.parallel_env(**kwargs), n_envs=1, n_hosts=1) as pool:
         venv = pool.as_vec_env()
         assert venv.num_envs == len(names) == 4
         venv.seed(7)
@@ -614,7 +614,7 @@ def test_pistonball_image_observations_match_the_raw_env():
     expected, _ = raw.reset(seed=1)
     names = list(raw.possible_agents)
     rng = np.random.default_rng(3)
-    with AsyncEnvPool(lambda: pistonball_v6.parallel_env(**kwargs), n_envs=1, n_workers=1) as pool:
+    with AsyncEnvPool(lambda: pistonball_v6.parallel_env(**kwargs), n_envs=1, n_hosts=1) as pool:
         venv = pool.as_vec_env()
         assert venv.num_envs == 4 and venv.observation_space.shape == (457, 120, 3)
         venv.seed(1)
@@ -652,7 +652,7 @@ class StrangerEnv(RaceEnv):
 
 
 def test_an_agent_outside_possible_agents_is_named():
-    pool = AsyncEnvPool([StrangerEnv] * 1, n_workers=0)
+    pool = AsyncEnvPool([StrangerEnv] * 1, n_hosts=0)
     try:
         pool.reset(seed=0)
         pool.step({i: 0 for i in pool.agents})

@@ -56,7 +56,7 @@ def pistonball(max_cycles: int) -> Any:
 def test_parallel_api_test_on_cartpole_copies():
     """CartPole-v1 is truncated at 500 steps, so with num_cycles=500 every copy's episode ends inside each of the
     utility's two resets; the copies end at different steps, the others stepping on meanwhile."""
-    with EndCountingPool("CartPole-v1", n_envs=3, n_workers=1, local_envs=1, autoreset=False) as pool:
+    with EndCountingPool("CartPole-v1", n_envs=3, n_hosts=1, local_envs=1, autoreset=False) as pool:
         pool.action_space(0).seed(0)
         pettingzoo_test.parallel_api_test(pool, num_cycles=500)
         assert pool.ends == 2 * 3 and pool.agents == []
@@ -67,7 +67,7 @@ def test_parallel_api_test_on_simple_spread_copies():
     """Two copies of MPE's simple_spread (3 agents: 6 slots), truncated at 10 and at 25 cycles: copy 0's 3 slots leave
     at step 10 while copy 1's step on to 25, in each of the utility's two resets."""
     pytest.importorskip("mpe2")
-    with EndCountingPool([simple_spread(10), simple_spread(25)], n_workers=1, local_envs=1, autoreset=False) as pool:
+    with EndCountingPool([simple_spread(10), simple_spread(25)], n_hosts=1, local_envs=1, autoreset=False) as pool:
         assert pool.n_envs == 6
         pettingzoo_test.parallel_api_test(pool, num_cycles=30)
         assert pool.ends == 2 * 6 and pool.agents == []
@@ -77,7 +77,7 @@ def test_parallel_api_test_on_simple_spread_copies():
 def test_parallel_api_test_on_pistonball_copies():
     """Butterfly's pistonball (image observations, continuous actions), 3 pistons per copy, episodes of at most 8 and
     12 cycles (or fewer, when the ball reaches the wall)."""
-    with EndCountingPool([pistonball(8), pistonball(12)], n_workers=1, autoreset=False) as pool:
+    with EndCountingPool([pistonball(8), pistonball(12)], n_hosts=1, autoreset=False) as pool:
         assert pool.n_envs == 6 and pool.observation_space(0).shape == (457, 120, 3)
         pettingzoo_test.parallel_api_test(pool, num_cycles=20)
         assert pool.ends == 2 * 6 and pool.agents == []
@@ -91,7 +91,7 @@ def test_parallel_api_test_with_agents_killed_before_the_others():
     from pettingzoo.butterfly import knights_archers_zombies_v11 as kaz
 
     factory = functools.partial(kaz.parallel_env, obs_method="vector", max_cycles=300, spawn_delay=2, max_zombies=12)
-    with EndCountingPool(factory, n_envs=2, n_workers=1, autoreset=False) as pool:
+    with EndCountingPool(factory, n_envs=2, n_hosts=1, autoreset=False) as pool:
         assert pool.agents_per_env == 4
         pool.action_space(0).seed(0)
         pettingzoo_test.parallel_api_test(pool, num_cycles=300)
@@ -123,7 +123,7 @@ class Pools:
 def test_parallel_seed_test_on_a_cartpole_pool():
     """A pool of one CartPole env: the utility steps both pools, seeded alike, until the episode ends (its loop runs
     ``while env.agents``)."""
-    with Pools("CartPole-v1", n_envs=1, n_workers=0, autoreset=False) as pools:
+    with Pools("CartPole-v1", n_envs=1, n_hosts=0, autoreset=False) as pools:
         pettingzoo_test.parallel_seed_test(pools)
         assert len(pools.built) == 2 and all(pool.closed for pool in pools.built)
         ends, lengths = {pool.ends for pool in pools.built}, {len(pool.step_sizes) for pool in pools.built}
@@ -134,7 +134,7 @@ def test_parallel_seed_test_on_a_cartpole_pool():
 def test_parallel_seed_test_on_multi_agent_pools(make):
     """The utility's loop breaks on ``any(terminations)``, which tests the dict's keys (the slot ids 0..5, truthy
     beyond 0), so it compares the reset and one step only; the trajectories across episode ends are compared below."""
-    with Pools([make(5), make(8)], n_workers=1, autoreset=False) as pools:
+    with Pools([make(5), make(8)], n_hosts=1, autoreset=False) as pools:
         pettingzoo_test.parallel_seed_test(pools)
         assert [len(pool.step_sizes) for pool in pools.built] == [1, 1]
 
@@ -153,8 +153,8 @@ def test_seeded_multi_agent_pools_repeat_across_episode_ends():
     pytest.importorskip("mpe2")
     from gymnasium.utils.env_checker import data_equivalence
 
-    with Pools([simple_spread(5), simple_spread(8)], n_workers=1, autoreset=False) as pools:
-        one, two = pools(), pools(n_workers=0)
+    with Pools([simple_spread(5), simple_spread(8)], n_hosts=1, autoreset=False) as pools:
+        one, two = pools(), pools(n_hosts=0)
         for _ in range(2):
             first = [one.reset(seed=42), two.reset(seed=42)]
             assert data_equivalence(first[0], first[1])
@@ -182,7 +182,7 @@ def test_max_cycles_test_on_simple_spread_pools():
     utility cannot seed its envs, so an env whose episodes may end sooner (pistonball's ball reaching the wall) would
     fail it by chance."""
     make = simple_spread
-    with Pools(n_envs=2, n_workers=1, autoreset=False) as pools:
+    with Pools(n_envs=2, n_hosts=1, autoreset=False) as pools:
 
         def parallel_env(max_cycles: int) -> EndCountingPool:
             pools.args = (make(max_cycles),)

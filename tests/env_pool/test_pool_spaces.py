@@ -141,14 +141,14 @@ def race(ours: gym.vector.VectorEnv, theirs: gym.vector.VectorEnv, steps: int = 
 def test_gym_view_gives_what_sync_vector_env_gives(kind: str, mode: AutoresetMode) -> None:
     """Two worker processes: the values that are not arrays travel with the replies, the arrays stay shared."""
     theirs = SyncVectorEnv(factories(kind, 3), autoreset_mode=mode)
-    with AsyncEnvPool(factories(kind, 3), n_workers=2) as pool:
+    with AsyncEnvPool(factories(kind, 3), n_hosts=2) as pool:
         ours = pool.as_gym_vector_env(mode)
         assert ours.single_observation_space == theirs.single_observation_space
         assert race(ours, theirs) >= 3  # across episode ends
     theirs.close()
 
 
-@pytest.mark.parametrize("layout", [dict(n_workers=1, local_envs=2), dict(n_workers=0, local_envs=3)])
+@pytest.mark.parametrize("layout", [dict(n_hosts=1, local_envs=2), dict(n_hosts=0, local_envs=3)])
 def test_envs_in_this_process_give_the_same_values(layout: dict[str, int]) -> None:
     theirs = SyncVectorEnv(factories("mixed", 3), autoreset_mode=AutoresetMode.SAME_STEP)
     with AsyncEnvPool(factories("mixed", 3), **layout) as pool:
@@ -160,7 +160,7 @@ def test_parallel_env_view_and_send_recv_carry_object_values() -> None:
     """The pool's own API: ``reset``/``step`` dicts, ``send``/``recv`` in any order, and the final observation of an
     episode (same-step autoreset) in its info."""
     reference = [SpaceEnv("mixed", 3 + i) for i in range(4)]
-    with AsyncEnvPool(factories("mixed", 4), n_workers=2) as pool:
+    with AsyncEnvPool(factories("mixed", 4), n_hosts=2) as pool:
         space = pool.observation_space(0)
         obs, _ = pool.reset(seed=3)
         for i, env in enumerate(reference):
@@ -183,7 +183,7 @@ def test_parallel_env_view_and_send_recv_carry_object_values() -> None:
 def test_a_respawned_worker_reports_the_last_observation_whole() -> None:
     """on_error="restart": the episode a killed worker cut short ends with its last observation, object parts
     included (the new worker never saw them), and the next observations are the new episode's."""
-    with AsyncEnvPool([lambda length=50: SpaceEnv("mixed", length)] * 2, n_workers=2, on_error="restart") as pool:
+    with AsyncEnvPool([lambda length=50: SpaceEnv("mixed", length)] * 2, n_hosts=2, on_error="restart") as pool:
         pool.reset(seed=0)
         before, *_ = pool.step({0: 1, 1: 1})
         os.kill(pool.call("pid", ids=[0])[0], signal.SIGKILL)
@@ -199,14 +199,14 @@ def test_ray_hosts_carry_object_values(backend: str) -> None:
     pytest.importorskip("ray")
     theirs = SyncVectorEnv(factories("mixed", 2), autoreset_mode=AutoresetMode.SAME_STEP)
     with AsyncEnvPool(
-        factories("mixed", 2), n_workers=1, backend=backend, backend_kwargs={"init_kwargs": {"num_cpus": 2}}
+        factories("mixed", 2), n_hosts=1, backend=backend, backend_kwargs={"init_kwargs": {"num_cpus": 2}}
     ) as pool:
         assert race(pool.as_gym_vector_env("SameStep"), theirs, steps=6) >= 2
     theirs.close()
 
 
 def test_sb3_view_refuses_what_sb3_cannot_take_naming_the_gym_view() -> None:
-    with AsyncEnvPool(factories("text", 2), n_workers=1) as pool, pytest.raises(TypeError, match=r"Text.*as_gym_vector_env"):
+    with AsyncEnvPool(factories("text", 2), n_hosts=1) as pool, pytest.raises(TypeError, match=r"Text.*as_gym_vector_env"):
         pool.as_vec_env()
 
 
@@ -226,10 +226,10 @@ class WordEnv(SpaceEnv):
 @pytest.mark.parametrize(
     "layout",
     [
-        pytest.param(dict(n_workers=2), id="processes"),
-        pytest.param(dict(n_workers=1, local_envs=1), id="local"),
+        pytest.param(dict(n_hosts=2), id="processes"),
+        pytest.param(dict(n_hosts=1, local_envs=1), id="local"),
         pytest.param(
-            dict(n_workers=1, backend="ray", backend_kwargs={"init_kwargs": {"num_cpus": 2}}), id="ray", marks=pytest.mark.ray
+            dict(n_hosts=1, backend="ray", backend_kwargs={"init_kwargs": {"num_cpus": 2}}), id="ray", marks=pytest.mark.ray
         ),
     ],
 )
@@ -273,7 +273,7 @@ def test_spaces_differing_in_bounds_only_need_the_different_observation_mode() -
     from sb3_async.env_pool import SpacesDifferError
 
     highs = (1.0, 2.0, 3.0)
-    with AsyncEnvPool([lambda high=high: BoundedEnv(high) for high in highs], n_workers=1) as pool:
+    with AsyncEnvPool([lambda high=high: BoundedEnv(high) for high in highs], n_hosts=1) as pool:
         assert [pool.observation_space(i).high[0] for i in range(3)] == list(highs)
         with pytest.raises(SpacesDifferError, match="env 1 has observation space.*observation_mode='different'"):
             pool.as_gym_vector_env()

@@ -96,8 +96,8 @@ def test_backend_arguments_are_checked():
         AsyncEnvPool("CartPole-v1", n_envs=2, backend="ray", backend_kwargs="auto")
     with pytest.raises(ValueError, match="backend='mp' takes none"):
         AsyncEnvPool("CartPole-v1", n_envs=2, backend_kwargs={"address": "auto"})
-    with pytest.raises(ValueError, match="n_workers=0"):
-        AsyncEnvPool("CartPole-v1", n_envs=2, n_workers=0, backend="ray")
+    with pytest.raises(ValueError, match="n_hosts=0"):
+        AsyncEnvPool("CartPole-v1", n_envs=2, n_hosts=0, backend="ray")
     with pytest.raises(ValueError, match="backend='rai'"):
         AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=2, backend="rai")
     with pytest.raises(TypeError, match="backend_kwargs"):
@@ -133,10 +133,10 @@ def test_hosts_run_on_both_nodes_and_give_the_transitions_of_mp(cluster):
     import ray
 
     factories = [probed_cartpole(max_episode_steps=25)] * 4
-    ray_env = AsyncEnvPool(factories, n_workers=2, backend="ray").as_vec_env()
-    mp_env = AsyncEnvPool(factories, n_workers=2).as_vec_env()
+    ray_env = AsyncEnvPool(factories, n_hosts=2, backend="ray").as_vec_env()
+    mp_env = AsyncEnvPool(factories, n_hosts=2).as_vec_env()
     try:
-        assert len(set(ray_env.pool.workers.node_ids())) == 2  # SPREAD: one host per node
+        assert len(set(ray_env.pool.hosts.node_ids())) == 2  # SPREAD: one host per node
         assert not any(ray_env.env_method("torch_loaded"))  # the env hosts stay torch-free
         assert len(set(ray_env.env_method("pid"))) == 2 and os.getpid() not in ray_env.env_method("pid")
         ray_env.seed(3)
@@ -166,8 +166,8 @@ def test_hosts_run_on_both_nodes_and_give_the_transitions_of_mp(cluster):
 
 def test_local_envs_step_in_the_driver_alongside_the_hosts(cluster):
     factories = [probed_cartpole(max_episode_steps=25)] * 3
-    ray_env = AsyncEnvPool(factories, n_workers=1, local_envs=1, backend="ray").as_vec_env()
-    mp_env = AsyncEnvPool(factories, n_workers=2).as_vec_env()
+    ray_env = AsyncEnvPool(factories, n_hosts=1, local_envs=1, backend="ray").as_vec_env()
+    mp_env = AsyncEnvPool(factories, n_hosts=2).as_vec_env()
     try:
         pids = ray_env.env_method("pid")
         assert pids[2] == os.getpid() and pids[0] == pids[1] != os.getpid()
@@ -192,8 +192,8 @@ def test_multi_agent_pettingzoo_envs_on_the_cluster_as_with_mp(cluster):
     def make():
         return simple_spread_v3.parallel_env(max_cycles=10)
 
-    ray_env = AsyncEnvPool(make, n_envs=2, n_workers=2, backend="ray").as_vec_env()
-    mp_env = AsyncEnvPool(make, n_envs=2, n_workers=2).as_vec_env()
+    ray_env = AsyncEnvPool(make, n_envs=2, n_hosts=2, backend="ray").as_vec_env()
+    mp_env = AsyncEnvPool(make, n_envs=2, n_hosts=2).as_vec_env()
     try:
         assert ray_env.num_envs == mp_env.num_envs == 6
         ray_env.seed(4)
@@ -220,7 +220,7 @@ def test_recv_returns_the_ready_envs_first_and_oldest_first(cluster):
     import ray
 
     factories = [lambda: SleepyEnv(gym.make("CartPole-v1"), 1.0)] + [lambda: SleepyEnv(gym.make("CartPole-v1"), 0.0)] * 3
-    with AsyncEnvPool(factories, n_workers=4, backend="ray") as pool:
+    with AsyncEnvPool(factories, n_hosts=4, backend="ray") as pool:
         pool.reset(seed=0)
         start = time.monotonic()
         assert pool.send({0: 0, 1: 0, 2: 0, 3: 0}) == [0, 1, 2, 3]
@@ -244,21 +244,21 @@ def test_env_errors_and_factory_errors_are_reported_as_with_mp(cluster):
     import ray
 
     factories = [probed_cartpole(), lambda: FailingEnv(gym.make("CartPole-v1"), 2), probed_cartpole()]
-    with AsyncEnvPool(factories, n_workers=2, backend="ray") as pool:
+    with AsyncEnvPool(factories, n_hosts=2, backend="ray") as pool:
         check_env_1_error_spares_the_others(pool)
-    with pytest.raises(WorkerError, match="(?s)env pool worker of env 1.*no env here"):
-        AsyncEnvPool([probed_cartpole(), broken_factory], n_workers=2, backend="ray")
+    with pytest.raises(WorkerError, match="(?s)env host of env 1.*no env here"):
+        AsyncEnvPool([probed_cartpole(), broken_factory], n_hosts=2, backend="ray")
     _nothing_of_ours_left(ray)
 
 
 def test_a_killed_host_is_reported_naming_its_envs(cluster):
     import ray
 
-    pool = AsyncEnvPool(lambda: SleepyEnv(gym.make("CartPole-v1"), 30.0), n_envs=4, n_workers=2, backend="ray")
+    pool = AsyncEnvPool(lambda: SleepyEnv(gym.make("CartPole-v1"), 30.0), n_envs=4, n_hosts=2, backend="ray")
     try:
         pool.reset(seed=0)
         pool.send({0: 0, 1: 0, 2: 0, 3: 0})
-        ray.kill(pool.workers.actor(1))
+        ray.kill(pool.hosts.actor(1))
         with pytest.raises(WorkerError, match="envs 2..3") as info:
             pool.recv(min_ready=2)
         assert "RayActorError" in str(info.value) or "ActorDiedError" in str(info.value)
@@ -276,11 +276,11 @@ def test_restart_starts_a_killed_host_again(cluster, victim):
     import ray
 
     other = 1 - victim
-    with AsyncEnvPool(probed_cartpole(), n_envs=2, n_workers=2, on_error="restart", backend="ray") as pool:
+    with AsyncEnvPool(probed_cartpole(), n_envs=2, n_hosts=2, on_error="restart", backend="ray") as pool:
         pool.reset(seed=0)
         before, *_ = pool.step({0: 0, 1: 0})
         old_pid = pool.call("pid", ids=[victim])[0]
-        _kill(ray, pool.workers.actor(victim))
+        _kill(ray, pool.hosts.actor(victim))
         obs, _, terminations, truncations, infos = pool.step({0: 0, 1: 0})
         assert truncations[victim] and not terminations[victim] and "was lost" in infos[victim]["error"]
         np.testing.assert_array_equal(infos[victim]["final_obs"], before[victim])

@@ -30,7 +30,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 N_ENVS = 3
 #: Where the envs step: two worker processes, this process only, one worker and one env here.
-LAYOUTS = [{"n_workers": 2}, {"n_workers": 0}, {"n_workers": 1, "local_envs": 1}]
+LAYOUTS = [{"n_hosts": 2}, {"n_hosts": 0}, {"n_hosts": 1, "local_envs": 1}]
 
 
 def batch_of_actions(space: spaces.Space, rng_space: spaces.Space, n: int) -> Any:
@@ -88,7 +88,7 @@ def test_the_pool_gives_dummy_vec_env_transitions_for_every_space(obs, act):
 
 def test_every_end_kind_sets_terminal_observation_and_time_limit_truncated():
     """Terminated only, truncated only, both: ``TimeLimit.truncated`` is ``truncated and not terminated`` in each."""
-    with AsyncEnvPool(space_env_factories(N_ENVS), n_workers=2) as pool:
+    with AsyncEnvPool(space_env_factories(N_ENVS), n_hosts=2) as pool:
         venv, reference = pool.as_vec_env(), DummyVecEnv(space_env_factories(N_ENVS))
         for v in (venv, reference):
             v.seed(0)
@@ -113,7 +113,7 @@ INDICES = [None, 1, [0, 2], (2,), range(1, 3), [0, -1], [-3], np.array([2, 0]), 
 @pytest.fixture(scope="module")
 def pair():
     """A pool of 3 envs in 2 workers (as a VecEnv) and a DummyVecEnv of the same envs, shared by the tests below."""
-    pool = AsyncEnvPool(space_env_factories(N_ENVS, render_mode="rgb_array"), n_workers=2)
+    pool = AsyncEnvPool(space_env_factories(N_ENVS, render_mode="rgb_array"), n_hosts=2)
     venv, reference = pool.as_vec_env(), DummyVecEnv(space_env_factories(N_ENVS, render_mode="rgb_array"))
     for v in (venv, reference):
         v.seed(3)
@@ -220,7 +220,7 @@ def test_render_and_get_images_as_dummy_vec_env(pair):
 
 
 def test_get_images_without_rgb_array_warns_as_dummy_vec_env():
-    with AsyncEnvPool(space_env_factories(2), n_workers=0) as pool:
+    with AsyncEnvPool(space_env_factories(2), n_hosts=0) as pool:
         venv = pool.as_vec_env()
         with pytest.warns(UserWarning, match="rgb_array"):
             assert venv.get_images() == [None, None]
@@ -229,7 +229,7 @@ def test_get_images_without_rgb_array_warns_as_dummy_vec_env():
 
 
 def test_seed_none_and_set_options_dict_as_dummy_vec_env():
-    with AsyncEnvPool(space_env_factories(N_ENVS), n_workers=1, local_envs=1) as pool:
+    with AsyncEnvPool(space_env_factories(N_ENVS), n_hosts=1, local_envs=1) as pool:
         venv, reference = pool.as_vec_env(), DummyVecEnv(space_env_factories(N_ENVS))
         seeds = venv.seed(None)  # random, then seed + i
         assert seeds == list(range(seeds[0], seeds[0] + N_ENVS))
@@ -249,7 +249,7 @@ def test_seed_none_and_set_options_dict_as_dummy_vec_env():
 def test_out_of_bounds_box_actions_raise_a_clear_error():
     """DummyVecEnv hands any action to the env; the pool checks them against the action space (its shared buffers hold
     that space's dtype) and names the env."""
-    with AsyncEnvPool(space_env_factories(2), n_workers=0) as pool:
+    with AsyncEnvPool(space_env_factories(2), n_hosts=0) as pool:
         venv = pool.as_vec_env()
         venv.reset()
         with pytest.raises(ValueError, match="for env 1: not in the action space"):
@@ -260,7 +260,7 @@ def test_out_of_bounds_box_actions_raise_a_clear_error():
 
 
 def test_tuple_and_dict_actions_are_checked_per_env():
-    with AsyncEnvPool(space_env_factories(2, "box", "tuple"), n_workers=0) as pool:
+    with AsyncEnvPool(space_env_factories(2, "box", "tuple"), n_hosts=0) as pool:
         venv = pool.as_vec_env()
         venv.reset()
         good = venv.action_space.sample()
@@ -269,7 +269,7 @@ def test_tuple_and_dict_actions_are_checked_per_env():
             venv.step([good, bad])
         with pytest.raises(ValueError, match=r"1 given, expected one per env \(2\)"):
             venv.step([good])
-    with AsyncEnvPool(space_env_factories(2, "box", "dict"), n_workers=0) as pool:
+    with AsyncEnvPool(space_env_factories(2, "box", "dict"), n_hosts=0) as pool:
         venv = pool.as_vec_env()
         venv.reset()
         good = venv.action_space.sample()
@@ -278,7 +278,7 @@ def test_tuple_and_dict_actions_are_checked_per_env():
 
 
 @pytest.mark.parametrize(
-    "obs, wrap, n_workers",
+    "obs, wrap, n_hosts",
     [
         ("box", lambda v: VecNormalize(v, gamma=0.9), 2),
         ("box", lambda v: VecFrameStack(v, 3), 2),
@@ -290,8 +290,8 @@ def test_tuple_and_dict_actions_are_checked_per_env():
     ],
     ids=["VecNormalize", "VecFrameStack", "VecNormalize-dict", "VecMonitor-tuple", "VecTransposeImage"],
 )
-def test_sb3_vec_env_wrappers_give_the_same_outputs(obs, wrap, n_workers):
-    pool = AsyncEnvPool(space_env_factories(N_ENVS, obs), n_workers=n_workers)
+def test_sb3_vec_env_wrappers_give_the_same_outputs(obs, wrap, n_hosts):
+    pool = AsyncEnvPool(space_env_factories(N_ENVS, obs), n_hosts=n_hosts)
     ours, theirs = wrap(pool.as_vec_env()), wrap(DummyVecEnv(space_env_factories(N_ENVS, obs)))
     try:
         ends = run_side_by_side(ours, theirs, steps=20)
@@ -325,7 +325,7 @@ def test_infos_of_numbers_travel_packed_and_arrive_as_dummy_vec_envs():
         with AsyncEnvPool(space_env_factories(N_ENVS, **kwargs), **layout) as pool:
             ends = run_side_by_side(pool.as_vec_env(), reference, steps=30)
             assert ends >= 10
-            if pool.n_workers:
-                unpackers = pool.workers._unpackers  # type: ignore[union-attr]
+            if pool.n_hosts:
+                unpackers = pool.hosts._unpackers  # type: ignore[union-attr]
                 assert all(len(unpacker._schemas) >= 2 for unpacker in unpackers), "the packed path was not taken"
         reference.close()

@@ -136,9 +136,9 @@ def test_turn_based_games_are_recognised() -> None:
     assert game.observation_space.shape == (6, 7, 2) and game.action_space.n == 7
 
 
-@pytest.mark.parametrize("n_workers", [0, 1])
-def test_the_pool_steps_a_game_as_one_slot_per_copy(n_workers: int) -> None:
-    with AsyncEnvPool(strict_tictactoe, n_envs=3, n_workers=n_workers) as pool:
+@pytest.mark.parametrize("n_hosts", [0, 1])
+def test_the_pool_steps_a_game_as_one_slot_per_copy(n_hosts: int) -> None:
+    with AsyncEnvPool(strict_tictactoe, n_envs=3, n_hosts=n_hosts) as pool:
         venv = pool.as_vec_env()
         venv.reset()
         assert venv.num_envs == 3 and venv.observation_space.shape == (3, 3, 2)

@@ -465,7 +465,7 @@ def test_env_pool_returns_each_step_result_once():
     from sb3_async import AsyncEnvPool
 
     rng = np.random.default_rng(0)
-    with AsyncEnvPool(CountingEnv, n_envs=6, n_workers=2, local_envs=1) as pool:
+    with AsyncEnvPool(CountingEnv, n_envs=6, n_hosts=2, local_envs=1) as pool:
         pool.reset(seed=0)
         seen = collections.defaultdict(list)
         idle = set(range(6))

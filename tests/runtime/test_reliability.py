@@ -191,8 +191,8 @@ def test_bad_input(kwargs, match):
 def test_worker_counts_are_bounded(name):
     """A worker count that would start processes without end is refused, naming the argument and the bound."""
     if name == "AEDDPG":  # its pool: at most one process per env
-        with pytest.raises(ValueError, match=r"n_workers=1000000: at most n_envs=2"):
-            small_model(name, pool_kwargs=dict(n_workers=10**6))
+        with pytest.raises(ValueError, match=r"n_hosts=1000000: at most n_envs=2"):
+            small_model(name, pool_kwargs=dict(n_hosts=10**6))
         return
     argument = "n_actors" if name.startswith("ApeX") else "n_workers"
     with pytest.raises(ValueError, match=rf"{argument}=1000000: at most {max_local_workers()} worker processes"):
@@ -371,9 +371,9 @@ def test_ae_ddpg_fails_on_a_stuck_env_while_the_others_go_on(tmp_path):
 
     marker = str(tmp_path / "stuck")
     model = small_model(
-        "AEDDPG", lambda: StuckOnceEnv(marker, env_id="Pendulum-v1"), pool_kwargs=dict(n_workers=2), step_timeout=2
+        "AEDDPG", lambda: StuckOnceEnv(marker, env_id="Pendulum-v1"), pool_kwargs=dict(n_hosts=2), step_timeout=2
     )
-    pids = model.get_env().pool.worker_pids()
+    pids = model.get_env().pool.host_pids()
     start = time.monotonic()
     with pytest.raises(StepTimeout, match=r"Env [01] of the AsyncEnvPool has been stuck in a step for \d+ s"):
         model.learn(1_000_000)

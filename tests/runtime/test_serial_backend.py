@@ -208,14 +208,14 @@ def test_ctrl_c_during_a_worker_turn_ends_every_thread() -> None:
 def test_backend_kwargs_are_refused() -> None:
     with pytest.raises(ValueError, match=r"backend='serial' takes none \(address"):
         small_model("A3C", backend="serial", backend_kwargs={"address": "x"})
-    with pytest.raises(ValueError, match="n_workers=2 with backend='serial'"):
-        small_model("AEDDPG", backend="serial", pool_kwargs=dict(n_workers=2))
+    with pytest.raises(ValueError, match="n_hosts=2 with backend='serial'"):
+        small_model("AEDDPG", backend="serial", pool_kwargs=dict(n_hosts=2))
 
 
 def test_a_pool_refuses_the_serial_backend() -> None:
     from sb3_async import AsyncEnvPool
 
-    with pytest.raises(ValueError, match="n_workers=0"):
+    with pytest.raises(ValueError, match="n_hosts=0"):
         AsyncEnvPool("CartPole-v1", n_envs=2, backend="serial")
 
 

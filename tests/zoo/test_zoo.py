@@ -465,7 +465,7 @@ def test_ae_ddpg_sampler_and_converter() -> None:
     sampled = zoo.sample_ae_ddpg_params(optuna.trial.FixedTrial(params), 1, 2, {})
     assert sampled == zoo.convert_ae_ddpg_params(params)
     assert ALGOS["ae_ddpg"].sampler is hyperparams_opt.HYPERPARAMS_SAMPLER["ae_ddpg"]  # registered for -optimize
-    model = AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=1, pool_kwargs=dict(n_workers=0), **sampled)
+    model = AEDDPG("MlpPolicy", "Pendulum-v1", n_envs=1, pool_kwargs=dict(n_hosts=0), **sampled)
     assert (model.tau, model.batch_size, model.learning_starts, model.updates_per_transition) == (0.005, 96, 1000, 0.5)
     assert model.replay_buffer.rho == 0.2 and model.learning_rate == 3e-4
     model.env.close()

@@ -1,14 +1,14 @@
 """The shared buffers of an env pool: every env's observation, action, reward and end flags, in one shared mapping of an
 anonymous file (``memfd``: nothing is ever named in ``/dev/shm``).
 
-The main process writes actions and reads results; a worker process maps the same file (its descriptor travels over the
-worker's pipe) and writes the results of the envs it steps into their slots, so a step's data never goes through a
-pipe. Only a wake-up byte and the infos that are not empty do. A slot is written by one side at a time: the worker
+The main process writes actions and reads results; a host process maps the same file (its descriptor travels over the
+host's pipe) and writes the results of the envs it steps into their slots, so a step's data never goes through a
+pipe. Only a wake-up byte and the infos that are not empty do. A slot is written by one side at a time: the host
 between a step's command and its reply, the main process otherwise.
 
 Observations of any gymnasium space: their array parts (Box, Discrete, MultiDiscrete, MultiBinary, in Dicts and
 Tuples at any depth) live in the mapping; their other parts (Text, Graph, Sequence, OneOf, custom spaces) travel
-pickled with the worker's reply, under the info key :data:`OBJECTS`. Actions alike: the other parts of the actions
+pickled with the host's reply, under the info key :data:`OBJECTS`. Actions alike: the other parts of the actions
 written since the last step travel pickled with the step's command.
 """
 
@@ -26,14 +26,14 @@ from gymnasium import spaces
 __all__ = ["ARRAY_SPACES", "FINAL_INFO", "FINAL_OBS", "OBJECTS", "SharedBuffers", "SpaceArrays", "same_layout", "space_leaves"]
 
 #: Keys the same-step autoreset adds to an ended env's info (gymnasium 1.x's names for its same-step vector mode):
-#: the env workers write them, the views read them.
+#: the env hosts write them, the views read them.
 FINAL_OBS, FINAL_INFO = "final_obs", "final_info"
 
 #: The spaces whose values are one fixed-shape array: they live in the shared buffers. Any other space (Text, Graph,
 #: Sequence, OneOf, a custom ``Space``) is an *object leaf*, whose values travel pickled (:class:`SpaceArrays`).
 ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
-#: The info key under which a worker process sends the values of the object leaves its envs' observations took
+#: The info key under which a host process sends the values of the object leaves its envs' observations took
 OBJECTS = "_sb3_async_objects"
 
 #: Where a leaf sits in a value: the Dict keys and Tuple indices from the top (``()``: the value itself)
@@ -116,7 +116,7 @@ class SpaceArrays:
     leaf (Text, Graph, Sequence, OneOf, custom spaces). Batches are gymnasium's (``batch_space``): a dict for a Dict,
     a tuple for a Tuple, an array per array leaf, a tuple of values per object leaf.
 
-    The arrays are shared with the worker processes; the object leaves are not. A worker's buffers record the object
+    The arrays are shared with the host processes; the object leaves are not. A host's buffers record the object
     values its envs write (``track_objects``), which it sends with its reply (:meth:`take_objects`), and the pool puts
     them into its own (:meth:`put_objects`).
 
@@ -241,7 +241,7 @@ class SpaceArrays:
 
     def take_objects(self, ids: Sequence[int] | None = None) -> dict[int, dict[Path, Any]]:
         """The object values written since they were last taken, per env (``track_objects``), of the envs ``ids``
-        (default: all): what a worker sends with its reply, and the pool with a step."""
+        (default: all): what a host sends with its reply, and the pool with a step."""
         if not self._written:
             return {}
         if ids is None:
@@ -250,7 +250,7 @@ class SpaceArrays:
         return {i: self._written.pop(i) for i in ids if i in self._written}
 
     def put_objects(self, i: int, values: dict[Path, Any]) -> None:
-        """Store env ``i``'s object values that its worker sent (:meth:`take_objects`)."""
+        """Store env ``i``'s object values that its host sent (:meth:`take_objects`)."""
         for path, value in values.items():
             self.objects[path][i] = value
 
@@ -295,11 +295,11 @@ class SharedBuffers:
     :param observation_space: the observation space of one env
     :param action_space: the action space of one env
     :param n_envs: number of envs (rows)
-    :param fd: an existing mapping's file descriptor (in a worker); None creates one
-    :param track_objects: record the values of the observations' object leaves that the envs write, for the worker
+    :param fd: an existing mapping's file descriptor (in a host); None creates one
+    :param track_objects: record the values of the observations' object leaves that the envs write, for the host
         process to send them (:meth:`SpaceArrays.take_objects`)
     :param track_actions: record the values of the actions' object leaves written, for the pool to send them to the
-        workers with the step
+        hosts with the step
     """
 
     def __init__(

@@ -1,14 +1,14 @@
-"""Where the envs live: a group of envs and the commands it serves, and the entry point of an env worker process.
+"""Where the envs live: a group of envs and the commands it serves, and the entry point of an env host process.
 
-- :class:`EnvWorker`: a group of envs stepped with the actions in the pool's :class:`~sb3_async.env_pool.buffers.
+- :class:`EnvHost`: a group of envs stepped with the actions in the pool's :class:`~sb3_async.env_pool.shared_buffers.
   SharedBuffers`, their results written back there, with the same-step autoreset (:data:`FINAL_OBS`,
   :data:`FINAL_INFO`) and the ``on_error`` handling. The same class serves the envs the pool keeps in its own process,
-  its worker processes and its Ray hosts.
-- :func:`env_worker_main`: the entry point of an env worker process. A step costs one byte each way on its pipe (the
+  its host processes and its Ray hosts.
+- :func:`env_host_main`: the entry point of an env host process. A step costs one byte each way on its pipe (the
   infos that are not empty travel with the reply, packed when they are numbers: :mod:`~sb3_async.env_pool.info_codec`);
   rare commands (``reset``, ``call``, ``close``) are pickled.
 
-This module does not import torch, so neither do the env workers.
+This module does not import torch, so neither do the env hosts.
 """
 
 from __future__ import annotations
@@ -30,32 +30,30 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 
-from sb3_async.env_pool.buffers import FINAL_INFO, FINAL_OBS, OBJECTS, SharedBuffers
 from sb3_async.env_pool.info_codec import InfoPacker
 from sb3_async.env_pool.multi_agent import AgentSlots, as_agent_slots
+from sb3_async.env_pool.shared_buffers import FINAL_INFO, FINAL_OBS, OBJECTS, SharedBuffers
 from sb3_async.runtime.processes import report_and_exit, watch_parent
 
 __all__ = [
-    "FINAL_INFO",
-    "FINAL_OBS",
     "STEP",
     "EnvFactory",
+    "EnvHost",
     "EnvTraceback",
-    "EnvWorker",
     "Missing",
     "copy_info",
-    "env_worker_main",
+    "env_host_main",
     "format_error",
     "step_message",
 ]
 
 EnvFactory = Callable[[], gym.Env]
-#: First byte of a step command to a worker process (a pickle starts with b"\x80", so it cannot be one).
+#: First byte of a step command to a host process (a pickle starts with b"\x80", so it cannot be one).
 STEP = b"S"
 
 
 class EnvTraceback(str):
-    """A traceback formatted in the worker, which also names the type of the exception it ends with
+    """A traceback formatted in the host, which also names the type of the exception it ends with
     (:attr:`raised`, ``"module.qualname"``: a name, so that it unpickles where that module is not imported)."""
 
     raised: str = ""
@@ -70,7 +68,7 @@ def format_error() -> EnvTraceback:
 
 
 def step_message(ids: Sequence[int] | None) -> bytes:
-    """The step command for a worker process: step every env it holds (``ids`` None) or those in ``ids``."""
+    """The step command for a host process: step every env it holds (``ids`` None) or those in ``ids``."""
     return STEP if ids is None else STEP + np.asarray(ids, dtype=np.int32).tobytes()
 
 
@@ -101,7 +99,7 @@ def _is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
     return False
 
 
-class EnvWorker:
+class EnvHost:
     """A group of envs and the commands it serves.
 
     A multi-agent PettingZoo env (:mod:`sb3_async.env_pool.multi_agent`) is held as :class:`AgentSlots`: copy ``c`` of
@@ -113,7 +111,7 @@ class EnvWorker:
     :param autoreset: the pool's ``autoreset``
     :param on_error: the pool's ``on_error``
     :param copy_infos: return copies of the envs' step infos (:func:`copy_info`), for a group in the pool's own process
-        (a worker process's infos reach the pool as copies, pickled): copied here, while the workers step, not after
+        (a host process's infos reach the pool as copies, pickled): copied here, while the hosts step, not after
     """
 
     def __init__(self, ids: list[int], factories: list[EnvFactory], autoreset: bool, on_error: str, copy_infos: bool = False):
@@ -177,7 +175,7 @@ class EnvWorker:
     def step(self, ids: Sequence[int], restarts: dict[int, str] | None = None) -> tuple[dict[int, dict], dict[int, str]]:
         """Step the envs ``ids`` with their actions in the buffers and write their results there.
 
-        :param restarts: envs rebuilt with a respawned worker, and why: their step reports the truncation instead
+        :param restarts: envs rebuilt with a respawned host, and why: their step reports the truncation instead
         :return: ``(infos, errors)``: the infos that are not empty, and the traceback of each env that raised (its
             slots untouched)
         """
@@ -327,24 +325,24 @@ def dumps(reply: Any) -> bytes:
         return cloudpickle.dumps(reply)
 
 
-#: How long a worker of a pool whose main process steps envs too waits for its next command awake (polling) before it
+#: How long a host of a pool whose main process steps envs too waits for its next command awake (polling) before it
 #: blocks: a blocked process takes tens of microseconds to wake, as long as a cheap env's step, and there the next
-#: step follows at once. 100 µs: 8 HalfCheetah-v5 in 1 worker + the main process stepped 1.36-1.44x ``DummyVecEnv``,
+#: step follows at once. 100 µs: 8 HalfCheetah-v5 in 1 host + the main process stepped 1.36-1.44x ``DummyVecEnv``,
 #: against 1.17-1.19x blocking at once (3 interleaved runs on 2 cores).
 SPIN_SECONDS = 100e-6
 
 
-def _serve(worker: EnvWorker, conn: Connection, spin_seconds: float = 0.0) -> None:
+def _serve(host: EnvHost, conn: Connection, spin_seconds: float = 0.0) -> None:
     """Answer the pool's commands until it says ``close``; wait ``spin_seconds`` awake for each before blocking."""
     receive, reply = conn.recv_bytes, conn.send_bytes
-    every_id = worker.ids
+    every_id = host.ids
     packer = InfoPacker()
-    assert worker.buffers is not None
-    objects = worker.buffers.obs.objects  # the observations' parts that are not arrays: they go with the infos
+    assert host.buffers is not None
+    objects = host.buffers.obs.objects  # the observations' parts that are not arrays: they go with the infos
 
     def with_objects(result: tuple[dict[int, dict], dict[int, str]]) -> tuple[dict[int, dict], dict[int, str]]:
         infos, errors = result
-        for i, values in worker.buffers.obs.take_objects().items():  # type: ignore[union-attr]
+        for i, values in host.buffers.obs.take_objects().items():  # type: ignore[union-attr]
             infos[i] = {**infos.get(i, {}), OBJECTS: values}
         return infos, errors
 
@@ -357,7 +355,7 @@ def _serve(worker: EnvWorker, conn: Connection, spin_seconds: float = 0.0) -> No
         message = receive()
         if message[:1] == STEP:
             ids = every_id if len(message) == 1 else np.frombuffer(message, dtype=np.int32, offset=1).tolist()
-            infos, errors = with_objects(worker.step(ids)) if objects else worker.step(ids)
+            infos, errors = with_objects(host.step(ids)) if objects else host.step(ids)
             if not infos and not errors:
                 reply(b"")
                 continue
@@ -373,19 +371,19 @@ def _serve(worker: EnvWorker, conn: Connection, spin_seconds: float = 0.0) -> No
         if command == "step":  # with envs to report restarted, or actions that are not only arrays
             ids, restarts, objects = data
             for i, values in (objects or {}).items():
-                worker.buffers.actions.put_objects(i, values)
-            reply(dumps(("step", with_objects(worker.step(every_id if ids is None else ids, restarts)))))
+                host.buffers.actions.put_objects(i, values)
+            reply(dumps(("step", with_objects(host.step(every_id if ids is None else ids, restarts)))))
         elif command == "reset":
-            reply(dumps(("reset", with_objects(worker.reset(data)))))
+            reply(dumps(("reset", with_objects(host.reset(data)))))
         elif command == "call":
-            reply(dumps(("call", worker.call(*data))))
+            reply(dumps(("call", host.call(*data))))
         elif command == "close":
-            worker.close()
+            host.close()
             conn.send(("closed", None))
             return
 
 
-def env_worker_main(
+def env_host_main(
     index: int,
     ids: list[int],
     factories_blob: bytes,
@@ -395,17 +393,17 @@ def env_worker_main(
     on_error: str,
     spin_seconds: float = 0.0,
 ) -> None:
-    """Entry point of an env worker process: build the envs, report their spaces, map the shared buffers, serve
+    """Entry point of an env host process: build the envs, report their spaces, map the shared buffers, serve
     (waiting ``spin_seconds`` awake for each command: :data:`SPIN_SECONDS` when the main process steps envs too)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle; it closes the pool
     watch_parent(parent_pid)
     try:
-        worker = EnvWorker(ids, cloudpickle.loads(factories_blob), autoreset, on_error)
-        conn.send_bytes(dumps(("spaces", worker.spaces)))
+        host = EnvHost(ids, cloudpickle.loads(factories_blob), autoreset, on_error)
+        conn.send_bytes(dumps(("spaces", host.spaces)))
         fd = reduction.recv_handle(conn)
-        env = worker.envs[worker.ids[0]]
-        worker.buffers = SharedBuffers(env.observation_space, env.action_space, conn.recv(), fd, track_objects=True)
-        _serve(worker, conn, spin_seconds)
+        env = host.envs[host.ids[0]]
+        host.buffers = SharedBuffers(env.observation_space, env.action_space, conn.recv(), fd, track_objects=True)
+        _serve(host, conn, spin_seconds)
     except (EOFError, OSError, KeyboardInterrupt):
         pass  # the main process is gone or closed the pipe: nothing to report to
     except BaseException:
