@@ -10,6 +10,7 @@ transitions arrive interleaved. The update is the one Ape-X DPG uses too (:func:
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
@@ -40,12 +41,20 @@ from sb3_async.common.async_metrics import AsyncMetrics
 from sb3_async.common.buffers.ages import sample_ages_of
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
-from sb3_async.common.callbacks import LiveProgress
+from sb3_async.common.callbacks import with_live_progress_bar
 from sb3_async.common.dpg import ddpg_policy_kwargs, dpg_update
 from sb3_async.common.masks import check_masked_action_space
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
-from sb3_async.common.save_util import AtomicReplaySaves, check_pickled_class, replay_file_errors
+from sb3_async.common.save_util import (
+    PathLike,
+    atomic_write,
+    check_pickled_class,
+    load_checked,
+    mark_saved_class,
+    replay_file_errors,
+    save_replay_atomically,
+)
 from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settings, soft_update
 from sb3_async.env_pool import AsyncEnvPool
 from sb3_async.env_pool.core import load_pickled_env
@@ -94,7 +103,7 @@ def weighted_critic_loss(q_values: th.Tensor, targets: th.Tensor, weights: th.Te
     return weighted_squared_loss(targets - q_values, weights, scale=1.0)
 
 
-class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
+class AEDDPG(PoolCollection, TD3):
     """
     Asynchronous Episodic DDPG (`Zhang et al. <https://arxiv.org/abs/1903.00827>`_): one actor-critic pair, ``n_envs``
     envs stepped asynchronously (§IV-A), episodic dual replay (§IV-B, Algorithms 1 and 2) and random-walk action noise
@@ -292,6 +301,52 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
         super()._setup_model()
         self._caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)
 
+    def save(self, path: PathLike | io.BufferedIOBase, exclude: Any = None, include: Any = None) -> None:
+        """Save the model to a zip file (SB3's ``save``); a path is replaced only once the new file is complete.
+
+        :param path: the file (``.zip`` added when the name has no suffix), or an open binary file
+        :param exclude: attributes not to save, in addition to the default ones
+        :param include: attributes to save that would otherwise be excluded
+        """
+        mark_saved_class(self)
+        with atomic_write(path, "zip") as file:
+            super().save(file, exclude, include)
+
+    @classmethod
+    def load(  # type: ignore[override]
+        cls: type[SelfAEDDPG],
+        path: Any,
+        env: Any = None,
+        device: Any = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfAEDDPG:
+        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by AEDDPG (another algorithm's
+        file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file). As with SB3, a model file holds
+        pickled objects, and loading it runs the code they name: load only files you trust."""
+        sb3_load = super().load
+        return load_checked(
+            cls,
+            sb3_load,
+            path,
+            env=env,
+            device=device,
+            custom_objects=custom_objects,
+            print_system_info=print_system_info,
+            force_reset=force_reset,
+            **kwargs,
+        )
+
+    def save_replay_buffer(self, path: PathLike | io.BufferedIOBase) -> None:
+        """Save the replay buffer as a pickle file (SB3's ``save_replay_buffer``); a path is replaced only once the
+        new file is complete.
+
+        :param path: the file (``.pkl`` added when the name has no suffix), or an open binary file
+        """
+        save_replay_atomically(self, path)
+
     def load_replay_buffer(self, path: Any, truncate_last_traj: bool = True) -> None:
         """SB3's ``load_replay_buffer``, for a buffer with one Memory column (the one AEDDPG saves); the running
         episodes' caches are dropped (their rows were in the replaced Memory). The file is a pickle, and unpickling
@@ -362,6 +417,12 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
         self._async_metrics = AsyncMetrics(self.num_timesteps, self._async_counters())
         self.logger.record("config/torch_threads", th.get_num_threads())
         return result
+
+    def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
+        # progress_bar=True: the live bar (env steps per second, mean episode return) in place of SB3's
+        if progress_bar:
+            callback = with_live_progress_bar(callback)
+        return super()._init_callback(callback, progress_bar=False)
 
     def _async_counters(self) -> dict[str, float]:
         """Cumulative counters of the ``async/`` keys (:mod:`sb3_async.common.async_metrics`): the learner waits for

@@ -23,7 +23,6 @@ from sb3_async.apex.returns import (
 )
 from sb3_async.common.buffers.masked import MaskedPrioritizedReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
-from sb3_async.common.epsilon_greedy import EpsilonGreedyPredict
 from sb3_async.common.exploration import epsilon_greedy
 from sb3_async.common.masks import masked_argmax, masked_epsilon_greedy
 from sb3_async.common.torch_utils import clip_grad_norm, to_tensor
@@ -62,7 +61,7 @@ class DQNActorModel(ApeXActorModel):
             return (targets - q).abs().numpy()
 
 
-class ApeXDQN(EpsilonGreedyPredict, ApeXAlgorithm):
+class ApeXDQN(ApeXAlgorithm, epsilon_greedy=True):
     """Ape-X DQN (Horgan et al. 2018, Algorithms 1 and 2, §3.1): ``n_actors`` actors with fixed ε_i-greedy exploration
     feed one prioritized replay; the learner in the main process trains a dueling network with double Q-learning on
     n-step returns, IS-weighted, and writes the new priorities back.
