@@ -21,10 +21,10 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.noise import ActionNoise
+from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.vec_env import VecTransposeImage
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutReturn, Schedule, TrainFreq
+from stable_baselines3.common.vec_env import VecEnv, VecTransposeImage
 from stable_baselines3.td3.policies import CnnPolicy, MlpPolicy, TD3Policy
 from stable_baselines3.td3.td3 import TD3
 
@@ -35,7 +35,7 @@ from sb3_async.ae_ddpg.arguments import (
     check_updates_per_transition,
     rho_for_n_envs,
 )
-from sb3_async.ae_ddpg.collector import EpisodeCaches, PoolCollection
+from sb3_async.ae_ddpg.collector import EpisodeCaches, PoolCollector
 from sb3_async.ae_ddpg.pool_env import PAPER_N_ENVS, make_pool_vec_env
 from sb3_async.common.async_metrics import AsyncMetrics
 from sb3_async.common.buffers.ages import sample_ages_of
@@ -44,6 +44,7 @@ from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
 from sb3_async.common.callbacks import with_live_progress_bar
 from sb3_async.common.dpg import ddpg_policy_kwargs, dpg_update
 from sb3_async.common.masks import check_masked_action_space
+from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.save_util import (
@@ -103,7 +104,7 @@ def weighted_critic_loss(q_values: th.Tensor, targets: th.Tensor, weights: th.Te
     return weighted_squared_loss(targets - q_values, weights, scale=1.0)
 
 
-class AEDDPG(PoolCollection, TD3):
+class AEDDPG(TD3):
     """
     Asynchronous Episodic DDPG (`Zhang et al. <https://arxiv.org/abs/1903.00827>`_): one actor-critic pair, ``n_envs``
     envs stepped asynchronously (§IV-A), episodic dual replay (§IV-B, Algorithms 1 and 2) and random-walk action noise
@@ -185,6 +186,13 @@ class AEDDPG(PoolCollection, TD3):
     )
     policy: TD3Policy
     env: PoolVecEnv | VecTransposeImage | None  # type: ignore[assignment]  # SB3 wraps image envs in VecTransposeImage
+    min_ready: int  # envs to wait for at each receive
+    pool_kwargs: dict[str, Any]  # for the pools built here
+    backend: str
+    backend_kwargs: dict[str, Any]
+    step_timeout: float | None  # seconds an env's step may stay in flight
+    #: The pool collection (:class:`~sb3_async.ae_ddpg.collector.PoolCollector`): built with the replay, never saved
+    _collector: PoolCollector
 
     def __init__(
         self,
@@ -276,7 +284,6 @@ class AEDDPG(PoolCollection, TD3):
         self.action_noise = action_noise  # type: ignore[assignment]
         if env is not None:  # load() passes none: the saved noise is restored after
             self._resolve_noise()
-            self._reset_collection_stats()
         if _init_setup_model:
             self._setup_model()
 
@@ -299,7 +306,7 @@ class AEDDPG(PoolCollection, TD3):
                 self.buffer_size, self.observation_space, self.action_space, device=self.device, n_envs=1, **kwargs
             )
         super()._setup_model()
-        self._caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)
+        self._collector = PoolCollector(self.n_envs, self.replay_buffer.buffer_size)
 
     def save(self, path: PathLike | io.BufferedIOBase, exclude: Any = None, include: Any = None) -> None:
         """Save the model to a zip file (SB3's ``save``); a path is replaced only once the new file is complete.
@@ -364,20 +371,53 @@ class AEDDPG(PoolCollection, TD3):
             )
         if isinstance(self.replay_buffer, EpisodicDualReplayBuffer):
             self.replay_buffer.episode_caches = False
-        self._caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)
+        self._collector.caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)
 
     def _excluded_save_params(self) -> list[str]:
         return [
             *super()._excluded_save_params(),
-            "_caches",
-            "_in_flight",
-            "_episode_stats",
-            "_pending",
-            "_buffer_actions",
+            "_collector",
+            "collection_stats",  # saved by 0.2.0 and earlier, now the collector's
+            "env_transitions",
             "_async_metrics",
         ]
 
     # ---------------------------------------------------------------- envs and learn
+    def _resolve_noise(self) -> None:
+        """Build the default noise (one random walk per env), give a one-stream random walk one stream per env and
+        check a vectorised one's stream count."""
+        if isinstance(self.action_noise, str):
+            dim = int(np.prod(self.action_space.shape))  # type: ignore[arg-type]
+            self.action_noise = RandomWalkActionNoise(np.zeros(dim), n_envs=self.n_envs)
+        elif isinstance(self.action_noise, RandomWalkActionNoise) and not isinstance(self.action_noise, VectorizedActionNoise):
+            self.action_noise = self.action_noise.for_envs(self.n_envs)
+        if isinstance(self.action_noise, RandomWalkActionNoise) and self.action_noise.n_envs != self.n_envs:
+            raise ValueError(
+                f"Invalid action_noise={self.action_noise!r}: it has {self.action_noise.n_envs} streams for {self.n_envs} envs"
+            )
+
+    def _pool_arguments(self) -> dict[str, Any]:
+        """The :class:`AsyncEnvPool` arguments of the pools built here: ``pool_kwargs`` and the backend (a model saved
+        before AEDDPG had a backend loads as ``"mp"``; ``"serial"``: a pool of ``n_workers=0``)."""
+        backend = getattr(self, "backend", "mp")
+        if backend == "serial":  # every env stepped in this process: a pool without worker processes
+            return dict(self.pool_kwargs, n_workers=0, backend="mp", backend_kwargs=None)
+        return dict(self.pool_kwargs, backend=backend, backend_kwargs=getattr(self, "backend_kwargs", None) or None)
+
+    def _pool_env(self) -> PoolVecEnv:
+        """The :class:`PoolVecEnv` being trained on, under SB3's ``VecTransposeImage`` for image observations."""
+        env = self.env.venv if isinstance(self.env, VecTransposeImage) else self.env
+        if not isinstance(env, PoolVecEnv):
+            raise RuntimeError(f"AEDDPG trains on an AsyncEnvPool's PoolVecEnv, got {self.env!r}")
+        return env
+
+    def _env_processes(self) -> int:
+        """The env processes stepping on this machine (none for a pool of Ray actors or envs stepped in this process)."""
+        if self.env is None:
+            return 0
+        pool = self._pool_env().pool
+        return pool.n_workers if pool.backend == "mp" else 0
+
     def set_env(self, env: GymEnv | str | AsyncEnvPool | Callable[[], gym.Env], force_reset: bool = True) -> None:
         """Replace the training envs (an env id, a factory, an env, a ``DummyVecEnv`` or an ``AsyncEnvPool``); the
         number of envs must stay ``n_envs``."""
@@ -406,14 +446,11 @@ class AEDDPG(PoolCollection, TD3):
         result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
         if self._last_obs is not last_obs:
             check_finite_observations(self._last_obs)
-        if self._last_obs is not last_obs or not hasattr(self, "_in_flight"):  # the envs were reset: episodes cut
-            self._in_flight: dict[int, float] = {}
-            self._caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)  # type: ignore[union-attr]
-            self._episode_stats = np.zeros((self.n_envs, 2), dtype=np.float64)  # return, length of the running episode
+        if self._last_obs is not last_obs or self._collector.in_flight is None:  # the envs were reset: episodes cut
+            self._collector.reset_episodes(self.replay_buffer.buffer_size)  # type: ignore[union-attr]
             if self.action_noise is not None:
                 self.action_noise.reset()
-        self._pending = self._empty_pending()
-        self._reset_collection_stats()
+        self._collector.reset_stats()
         self._async_metrics = AsyncMetrics(self.num_timesteps, self._async_counters())
         self.logger.record("config/torch_threads", th.get_num_threads())
         return result
@@ -427,7 +464,7 @@ class AEDDPG(PoolCollection, TD3):
     def _async_counters(self) -> dict[str, float]:
         """Cumulative counters of the ``async/`` keys (:mod:`sb3_async.common.async_metrics`): the learner waits for
         data while it waits for envs to finish their step."""
-        stats = self.collection_stats
+        stats = self._collector.stats
         return {
             "updates": self._n_updates,
             "replayed": self._n_updates * self.batch_size,
@@ -454,6 +491,22 @@ class AEDDPG(PoolCollection, TD3):
                 self.env.close()
                 self.env = None
             raise
+
+    def collect_rollouts(
+        self,
+        env: VecEnv,
+        callback: BaseCallback,
+        train_freq: TrainFreq,
+        replay_buffer: ReplayBuffer,
+        action_noise: ActionNoise | None = None,
+        learning_starts: int = 0,
+        log_interval: int | None = None,
+    ) -> RolloutReturn:
+        """SB3's ``collect_rollouts`` for the pool: receive the envs that are ready, store their transitions, act on
+        them in one batched forward pass and send (they step while the learner trains), until ``train_freq``
+        transitions (or episodes) were collected (:meth:`~sb3_async.ae_ddpg.collector.PoolCollector.collect`)."""
+        pool = self._pool_env().pool
+        return self._collector.collect(self, pool, env, callback, train_freq, learning_starts, log_interval)
 
     # ---------------------------------------------------------------- learning
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
@@ -507,7 +560,7 @@ class AEDDPG(PoolCollection, TD3):
         self.logger.record("train/critic_loss", np.mean(critic_losses))
         if prioritized:
             self.logger.record("train/per_beta", self.per_beta())
-        self.collection_stats["train_seconds"] += time.perf_counter() - start
+        self._collector.stats["train_seconds"] += time.perf_counter() - start
 
     def _scaled_gradient_steps(self, gradient_steps: int) -> int:
         """With ``gradient_steps=-1`` SB3 passes the transitions collected; scale by ``updates_per_transition``,
@@ -530,13 +583,18 @@ class AEDDPG(PoolCollection, TD3):
     def overlap_stats(self) -> dict[str, float]:
         """How collection and learning overlapped since ``learn()`` started: the shares of wall-clock time spent waiting
         for envs (``recv``) and training, and the mean number of envs per receive."""
-        stats = self.collection_stats
-        elapsed = max(time.perf_counter() - stats["started"], 1e-9)
-        return {
-            "time/recv_wait_fraction": stats["recv_seconds"] / elapsed,
-            "time/train_fraction": stats["train_seconds"] / elapsed,
-            "rollout/envs_per_receive": stats["transitions"] / max(stats["receives"], 1),
-        }
+        return self._collector.overlap_stats()
+
+    @property
+    def collection_stats(self) -> dict[str, Any]:
+        """Seconds waiting for envs (``recv_seconds``) and training (``train_seconds``), ``receives`` and
+        ``transitions`` since ``learn()`` started."""
+        return self._collector.stats
+
+    @property
+    def env_transitions(self) -> np.ndarray:
+        """Transitions collected from each env since ``learn()`` started."""
+        return self._collector.env_transitions
 
     def dump_logs(self) -> None:
         for key, value in self.overlap_stats().items():
