@@ -306,7 +306,7 @@ class AEDDPG(TD3):
                 self.buffer_size, self.observation_space, self.action_space, device=self.device, n_envs=1, **kwargs
             )
         super()._setup_model()
-        self._collector = PoolCollector(self.n_envs, self.replay_buffer.buffer_size)
+        self._collector = PoolCollector(self.n_envs, self.replay_buffer.buffer_size, self.min_ready, self.step_timeout)
 
     def save(self, path: PathLike | io.BufferedIOBase, exclude: Any = None, include: Any = None) -> None:
         """Save the model to a zip file (SB3's ``save``); a path is replaced only once the new file is complete.

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import RolloutReturn, TrainFreq
 from stable_baselines3.common.utils import should_collect_more_steps
 from stable_baselines3.common.vec_env import VecEnv, VecTransposeImage
@@ -29,7 +30,6 @@ from sb3_async.env_pool.worker import FINAL_INFO, FINAL_OBS
 from sb3_async.runtime.processes import StepTimeout
 
 if TYPE_CHECKING:
-    from sb3_async.ae_ddpg.ae_ddpg import AEDDPG
     from sb3_async.env_pool.core import EnvPoolBase
 
 
@@ -102,10 +102,12 @@ class PoolCollector:
 
     :param n_envs: number of envs in the pool
     :param replay_capacity: transitions the model's Memory holds (for the per-env caches)
+    :param min_ready: envs to wait for at each receive
+    :param step_timeout: seconds an env's step may stay in flight (None: no limit)
     """
 
-    def __init__(self, n_envs: int, replay_capacity: int):
-        self.n_envs = n_envs
+    def __init__(self, n_envs: int, replay_capacity: int, min_ready: int, step_timeout: float | None):
+        self.n_envs, self.min_ready, self.step_timeout = n_envs, min_ready, step_timeout
         #: Algorithm 1's per-env caches ``B_i``
         self.caches = EpisodeCaches(n_envs, replay_capacity)
         #: Envs whose step was sent and not received yet -> when it was sent; None: no step sent since the envs' reset
@@ -149,7 +151,7 @@ class PoolCollector:
         """What the next callback call sees: the transitions since the last one, per env index."""
         return dict(dones=np.zeros(self.n_envs, dtype=bool), infos=[{} for _ in range(self.n_envs)], count=0)
 
-    def _act_and_send(self, model: AEDDPG, pool: EnvPoolBase, ids: list[int], learning_starts: int) -> None:
+    def _act_and_send(self, model: OffPolicyAlgorithm, pool: EnvPoolBase, ids: list[int], learning_starts: int) -> None:
         """SB3's ``_sample_action`` for the envs in ``ids`` (one batched forward pass), then ``send``."""
         assert model._last_obs is not None and self.buffer_actions is not None and self.in_flight is not None
         obs = model._last_obs[ids]  # type: ignore[index]
@@ -166,11 +168,11 @@ class PoolCollector:
         pool.send({i: actions[k] for k, i in enumerate(ids)})
         self.in_flight.update(dict.fromkeys(ids, time.monotonic()))
 
-    def _receive(self, pool: EnvPoolBase, min_ready: int, step_timeout: float | None) -> Any:
+    def _receive(self, pool: EnvPoolBase) -> Any:
         """``pool.recv(min_ready)``, failing with :class:`StepTimeout` once an env's step, sent more than
         ``step_timeout`` seconds ago, has still not finished (all envs stuck, or one stuck while the others go on)."""
         assert self.in_flight is not None
-        min_ready = min(min_ready, len(self.in_flight))
+        min_ready, step_timeout = min(self.min_ready, len(self.in_flight)), self.step_timeout
         if step_timeout is None:
             return pool.recv(min_ready=min_ready)
         oldest = min(self.in_flight, key=self.in_flight.__getitem__)
@@ -190,7 +192,7 @@ class PoolCollector:
 
     def _store_transition_of(
         self,
-        model: AEDDPG,
+        model: OffPolicyAlgorithm,
         i: int,
         next_obs: np.ndarray,
         reward: float,
@@ -234,7 +236,7 @@ class PoolCollector:
         pending["dones"][i] |= done
         model._last_obs[i] = next_obs  # type: ignore[index]
 
-    def _callbacks(self, model: AEDDPG, callback: BaseCallback, rewards: dict[int, float]) -> bool:
+    def _callbacks(self, model: OffPolicyAlgorithm, callback: BaseCallback, rewards: dict[int, float]) -> bool:
         """One ``on_step()`` per ``n_envs`` transitions collected (SB3's rhythm), with the transitions since the last
         call: ``dones``/``infos`` of length ``n_envs``, each finished episode at its env's index."""
         pending = self.pending
@@ -261,7 +263,7 @@ class PoolCollector:
 
     def collect(
         self,
-        model: AEDDPG,
+        model: OffPolicyAlgorithm,
         pool: EnvPoolBase,
         env: VecEnv,
         callback: BaseCallback,
@@ -285,7 +287,7 @@ class PoolCollector:
         callback.on_rollout_start()
         while should_collect_more_steps(train_freq, n_transitions, n_episodes):
             start = time.perf_counter()
-            new_obs, rewards, terminations, truncations, infos = self._receive(pool, model.min_ready, model.step_timeout)
+            new_obs, rewards, terminations, truncations, infos = self._receive(pool)
             if isinstance(env, VecTransposeImage):  # the pool's envs are channel-last, the policy's space channel-first
                 new_obs, infos = _transposed(env, new_obs, infos)
             stats["recv_seconds"] += time.perf_counter() - start
