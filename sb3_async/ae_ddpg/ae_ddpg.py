@@ -29,14 +29,13 @@ from stable_baselines3.td3.policies import CnnPolicy, MlpPolicy, TD3Policy
 from stable_baselines3.td3.td3 import TD3
 
 from sb3_async.ae_ddpg.arguments import (
-    RHO_RANGE,
     check_pool_arguments,
     check_replay_and_noise,
     check_updates_per_transition,
     rho_for_n_envs,
 )
 from sb3_async.ae_ddpg.collector import EpisodeCaches, PoolCollector
-from sb3_async.ae_ddpg.pool_env import PAPER_N_ENVS, make_pool_vec_env
+from sb3_async.ae_ddpg.pool_env import make_pool_vec_env
 from sb3_async.common.async_metrics import AsyncMetrics
 from sb3_async.common.buffers.ages import sample_ages_of
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
@@ -46,7 +45,6 @@ from sb3_async.common.dpg import ddpg_policy_kwargs, dpg_update
 from sb3_async.common.masks import check_masked_action_space
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
-from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.save_util import (
     PathLike,
     atomic_write,
@@ -62,46 +60,10 @@ from sb3_async.env_pool.core import load_pickled_env
 from sb3_async.env_pool.vec_env import PoolVecEnv
 from sb3_async.validation import check_float, check_int, check_replay_sizes, check_seed
 
-# With the names that lived here before the collection, the env building and the argument checks moved out.
-__all__ = [
-    "AEDDPG",
-    "PAPER_N_ENVS",
-    "RHO_RANGE",
-    "EpisodeCaches",
-    "ddpg_targets",
-    "make_pool_vec_env",
-    "rho_for_n_envs",
-    "weighted_critic_loss",
-]
-
 SelfAEDDPG = TypeVar("SelfAEDDPG", bound="AEDDPG")
 
 #: Models saved by earlier versions rebuild their pickled env through this name.
 _load_pickled_env = load_pickled_env
-
-
-def ddpg_targets(rewards: th.Tensor, dones: th.Tensor, next_q_values: th.Tensor, discounts: th.Tensor | float) -> th.Tensor:
-    """Eq. 3: ``y_i = r_i + gamma Q'(s_{i+1}, mu'(s_{i+1}))``, with no bootstrap past a terminal state (the replay
-    learners' one target, :func:`~sb3_async.common.returns.bootstrapped_targets`).
-
-    :param rewards: ``r_i``
-    :param dones: 1 where ``s_{i+1}`` is terminal (time-limit truncations are not: SB3's replay clears them)
-    :param next_q_values: ``Q'(s_{i+1}, mu'(s_{i+1}))`` from the target networks
-    :param discounts: ``gamma`` (or the n-step discounts a replay returns)
-    """
-    return bootstrapped_targets(rewards, dones, next_q_values, discounts)
-
-
-def weighted_critic_loss(q_values: th.Tensor, targets: th.Tensor, weights: th.Tensor) -> th.Tensor:
-    """Eq. 2 with prioritized replay's importance-sampling weights (Schaul et al. 2016, Alg. 1):
-    ``(1/n) sum_i w_i (y_i - Q(s_i, a_i))^2``; with all ``w_i = 1`` it is TD3's ``F.mse_loss``, so the prioritized
-    ablation differs from the others by its sampling and weights only.
-
-    :param q_values: ``Q(s_i, a_i)``
-    :param targets: ``y_i`` (eq. 3)
-    :param weights: ``w_i``, max-normalised
-    """
-    return weighted_squared_loss(targets - q_values, weights, scale=1.0)
 
 
 class AEDDPG(TD3):
