@@ -28,7 +28,7 @@ from sb3_async import (
 )
 from sb3_async.ae_ddpg.arguments import rho_for_n_envs
 from sb3_async.ae_ddpg.collector import EpisodeCaches
-from sb3_async.common.dpg import clipped_double_q
+from sb3_async.common.dpg_update import clipped_double_q
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.env_pool import EnvError
 

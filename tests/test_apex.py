@@ -14,19 +14,18 @@ from stable_baselines3.td3.policies import TD3Policy
 
 from sb3_async import ApeXDPG, ApeXDQN, WorkerError
 from sb3_async.apex.actor import published_parameters
-from sb3_async.apex.dqn import DQNActorModel
+from sb3_async.apex.dqn import DQNActing
 from sb3_async.apex.policies import DuelingQNetwork
-from sb3_async.apex.returns import (
+from sb3_async.apex.transitions import (
     NStepBuilder,
     NStepTransitions,
     apex_epsilons,
-    bootstrapped_targets,
     discounted_return,
     double_q_values,
     stack_transitions,
-    weighted_squared_loss,
 )
-from sb3_async.common.dpg import dpg_update
+from sb3_async.common.dpg_update import dpg_update
+from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from tests.helpers import FAST_DPG, FAST_DQN, FailingEnv, learns_and_returns_the_evaluated_model, zoo_model
 
 # --- pure functions ------------------------------------------------------------------------------------------------
@@ -51,7 +50,7 @@ def test_each_env_copy_has_its_own_epsilon():
     assert model.exploration_rate == pytest.approx(np.mean(apex_epsilons(4)))
     cfg = specs[0].payload
     cfg.exploration = np.array([0.0, 1.0])  # env 0 greedy, env 1 uniformly random
-    actor = DQNActorModel(model.policy, cfg, np.random.default_rng(0))
+    actor = DQNActing(model.policy, cfg, np.random.default_rng(0))
     obs = np.zeros((2, 4), dtype=np.float32)
     greedy = int(model.policy.q_net(torch.as_tensor(obs[:1])).argmax())
     actions = np.array([actor.act(obs)[0] for _ in range(200)])
@@ -126,7 +125,7 @@ def test_actor_priorities_are_the_n_step_double_q_errors():
         for param in model.policy.q_net_target.parameters():
             param.add_(torch.randn_like(param) * 0.5)
     cfg = model._worker_specs()[0].payload
-    actor = DQNActorModel(model.policy, cfg, np.random.default_rng(0))
+    actor = DQNActing(model.policy, cfg, np.random.default_rng(0))
     rng = np.random.default_rng(1)
     block = NStepTransitions(
         obs=rng.normal(size=(4, 4)).astype(np.float32),
@@ -243,7 +242,7 @@ def test_shared_dpg_update_by_hand():
     assert uniform.critic_loss == pytest.approx((1 + 9) / 2) and uniform.priorities is None
 
 
-def test_dpg_learner_batch_updates_critic_and_clips_the_actor_gradient():
+def test_dpg_learner_step_updates_critic_and_clips_the_actor_gradient():
     model = ApeXDPG(
         "MlpPolicy",
         "Pendulum-v1",

@@ -5,7 +5,7 @@ asynchronously in an :class:`~sb3_async.env_pool.AsyncEnvPool` (§IV-A): the act
 pass, on whichever envs have finished their step, sends them their next actions, and the learner runs its gradient
 steps while those envs step. Each transition goes to the replay as it arrives; the episodic dual replay's per-env
 caches (Algorithm 1's ``B_i``) are kept by the collection (:mod:`sb3_async.ae_ddpg.collector`), since the envs'
-transitions arrive interleaved. The update is the one Ape-X DPG uses too (:func:`sb3_async.common.dpg.dpg_update`).
+transitions arrive interleaved. The update is the one Ape-X DPG uses too (:func:`sb3_async.common.dpg_update.dpg_update`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from sb3_async.common.buffers.ages import sample_ages_of
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
 from sb3_async.common.callbacks import with_live_progress_bar
-from sb3_async.common.dpg import ddpg_policy_kwargs, dpg_update
+from sb3_async.common.dpg_update import ddpg_policy_kwargs, dpg_update
 from sb3_async.common.masks import check_masked_action_space
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
@@ -477,7 +477,7 @@ class AEDDPG(TD3):
         last step.
 
         Written once for every replay (not SB3's ``train()``) for speed, the same update: the actor's backward pass
-        computes its own parameters' gradients only (:func:`~sb3_async.common.dpg.dpg_update`, Ape-X DPG's update
+        computes its own parameters' gradients only (:func:`~sb3_async.common.dpg_update.dpg_update`, Ape-X DPG's update
         too), the target networks move in one multi-tensor call (:func:`~sb3_async.common.torch_utils.soft_update`).
         """
         start = time.perf_counter()

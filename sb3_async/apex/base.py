@@ -2,7 +2,7 @@
 the main process, one prioritized replay.
 
 * Actors (:func:`~sb3_async.apex.actor.apex_actor`, runtime workers): each steps its env copies with a local copy of
-  the networks, builds n-step transitions (:class:`~sb3_async.apex.returns.NStepBuilder`), computes their initial
+  the networks, builds n-step transitions (:class:`~sb3_async.apex.transitions.NStepBuilder`), computes their initial
   priorities ``|δ|`` with its own copy in batch when it flushes its local buffer of ``block_size`` transitions, sends
   the block with ``ctx.send`` and refreshes its parameters from the learner's published copy every
   ``actor_update_interval`` env steps.
@@ -31,8 +31,8 @@ import torch
 from stable_baselines3.common.save_util import load_from_pkl
 from stable_baselines3.common.type_aliases import Schedule
 
-from sb3_async.apex.actor import ApeXActorConfig, ApeXActorModel, apex_actor, published_parameters
-from sb3_async.apex.returns import NStepTransitions
+from sb3_async.apex.actor import ApeXActing, ApeXActorConfig, apex_actor, published_parameters
+from sb3_async.apex.transitions import NStepTransitions
 from sb3_async.common.async_algorithm import AsyncAlgorithm
 from sb3_async.common.buffers.ages import sample_ages_of
 from sb3_async.common.buffers.masked import MaskedPrioritizedReplayBuffer
@@ -77,7 +77,7 @@ class ApeXAlgorithm(AsyncAlgorithm):
     envs_argument: ClassVar[str] = "n_envs_per_actor"
     #: Modules of the policy the learner publishes to the actors.
     published_modules: ClassVar[tuple[str, ...]]
-    actor_model_class: ClassVar[type[ApeXActorModel]]
+    acting_class: ClassVar[type[ApeXActing]]
 
     def __init__(
         self,
@@ -264,7 +264,7 @@ class ApeXAlgorithm(AsyncAlgorithm):
                 actor_update_interval=self.actor_update_interval,
                 max_blocks_in_flight=self.max_blocks_in_flight,
                 published=self.published_modules,
-                model_class=self.actor_model_class,
+                acting_class=self.acting_class,
                 exploration=self._actor_exploration(rank),
             )
             shared = {"params": self._published, "inserted": self._inserted}

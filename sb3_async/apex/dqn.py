@@ -11,25 +11,24 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.dqn.policies import DQNPolicy
 
-from sb3_async.apex.actor import ApeXActorModel
+from sb3_async.apex.actor import ApeXActing
 from sb3_async.apex.base import ApeXAlgorithm
 from sb3_async.apex.policies import DuelingCnnPolicy, DuelingDQNPolicy
-from sb3_async.apex.returns import (
+from sb3_async.apex.transitions import (
     NStepTransitions,
     apex_epsilons,
-    bootstrapped_targets,
     double_q_values,
-    weighted_squared_loss,
 )
 from sb3_async.common.buffers.masked import MaskedPrioritizedReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
 from sb3_async.common.exploration import epsilon_greedy
 from sb3_async.common.masks import masked_argmax, masked_epsilon_greedy
+from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.torch_utils import clip_grad_norm, to_tensor
 from sb3_async.validation import check_float
 
 
-class DQNActorModel(ApeXActorModel):
+class DQNActing(ApeXActing):
     """An Ape-X DQN actor: ε_i-greedy on its copy of q(·, θ); priorities from its copies of θ and θ⁻."""
 
     def _q(self, obs: Any, target: bool = False) -> torch.Tensor:
@@ -102,7 +101,7 @@ class ApeXDQN(ApeXAlgorithm, epsilon_greedy=True):
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MlpPolicy": DuelingDQNPolicy, "CnnPolicy": DuelingCnnPolicy}
     policy: DQNPolicy
     published_modules = ("q_net", "q_net_target")
-    actor_model_class = DQNActorModel
+    acting_class = DQNActing
 
     def __init__(
         self,

@@ -54,7 +54,7 @@ from sb3_async.common.normalization import (
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_observation_space
 from sb3_async.common.save_util import PathLike, atomic_write, load_checked, mark_saved_class
 from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settings, usable_cpus
-from sb3_async.common.worker_envs import EnvRecipe, WorkerEnvsView
+from sb3_async.common.worker_envs import EnvRecipe, TemplateVecEnv
 from sb3_async.common.worker_side import read_obs, shared_obs_buffer
 from sb3_async.runtime import Runtime, WorkerSpec, make_runtime, worker_seed
 from sb3_async.runtime.mp import start_forkserver
@@ -302,10 +302,10 @@ class AsyncAlgorithm(BaseAlgorithm):
 
     def _use_worker_view(self) -> None:
         self.n_envs = self.n_envs_total
-        if isinstance(self.env, WorkerEnvsView) and self.env.num_envs != self.n_envs_total:  # load(..., n_workers=k)
+        if isinstance(self.env, TemplateVecEnv) and self.env.num_envs != self.n_envs_total:  # load(..., n_workers=k)
             self.env = self.env.template
-        if self.env is not None and not isinstance(self.env, WorkerEnvsView):
-            self.env = WorkerEnvsView(self.env, self.n_envs_total)
+        if self.env is not None and not isinstance(self.env, TemplateVecEnv):
+            self.env = TemplateVecEnv(self.env, self.n_envs_total)
 
     def get_parameters(self) -> dict[str, dict]:
         # Workers keep writing the shared tensors while a callback saves the model: without a snapshot, the bytes the
@@ -335,7 +335,7 @@ class AsyncAlgorithm(BaseAlgorithm):
         check_masked_action_space(type(self).__name__, wrapped, self.action_space)
         self._env_recipe = self._given_env_recipe = recipe
         self._vec_normalize_env = unwrap_vec_normalize(wrapped)
-        self.env = WorkerEnvsView(wrapped, self.n_envs_total)
+        self.env = TemplateVecEnv(wrapped, self.n_envs_total)
         self.n_envs = self.n_envs_total
         if force_reset:
             self._last_obs = None
@@ -465,7 +465,7 @@ class AsyncAlgorithm(BaseAlgorithm):
             self._vec_normalize_env = unwrap_vec_normalize(template)
             if self._vec_normalize_env is not None and self._normalization_state is not None:
                 load_statistics_state(self._vec_normalize_env, self._normalization_state)
-            self.env = WorkerEnvsView(template, self.n_envs_total)
+            self.env = TemplateVecEnv(template, self.n_envs_total)
 
     def learn(
         self: SelfAsyncAlgorithm,
