@@ -42,7 +42,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import VecFrameStack
 
 from sb3_async import ApeXDQN
-from sb3_async.apex.returns import NStepTransitions
+from sb3_async.apex.transitions import NStepTransitions
 from sb3_async.common.atari_wrappers import make_atari_env
 
 BLOCK = 50
@@ -146,8 +146,8 @@ def measure(task: str, buffer_size: int, seconds: float, rng: np.random.Generato
     calls, elapsed = timed(seconds, sample)
     sample_ms = 1000 * elapsed / calls
     model.policy.set_training_mode(True)
-    model._learner_batch()  # warm-up
-    calls, elapsed = timed(seconds, model._learner_batch)
+    model.learner_step()  # warm-up
+    calls, elapsed = timed(seconds, model.learner_step)
     update_rate = calls / elapsed
     return dict(insert_per_s=insert_rate, sample_ms=sample_ms, updates_per_s=update_rate, batch_size=batch_size)
 

@@ -5,11 +5,12 @@ asynchronously in an :class:`~sb3_async.env_pool.AsyncEnvPool` (§IV-A): the act
 pass, on whichever envs have finished their step, sends them their next actions, and the learner runs its gradient
 steps while those envs step. Each transition goes to the replay as it arrives; the episodic dual replay's per-env
 caches (Algorithm 1's ``B_i``) are kept by the collection (:mod:`sb3_async.ae_ddpg.collector`), since the envs'
-transitions arrive interleaved. The update is the one Ape-X DPG uses too (:func:`sb3_async.common.dpg.dpg_update`).
+transitions arrive interleaved. The update is the one Ape-X DPG uses too (:func:`sb3_async.common.dpg_update.dpg_update`).
 """
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
@@ -20,49 +21,44 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.noise import ActionNoise
+from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.vec_env import VecTransposeImage
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutReturn, Schedule, TrainFreq
+from stable_baselines3.common.vec_env import VecEnv, VecTransposeImage
 from stable_baselines3.td3.policies import CnnPolicy, MlpPolicy, TD3Policy
 from stable_baselines3.td3.td3 import TD3
 
 from sb3_async.ae_ddpg.arguments import (
-    RHO_RANGE,
     check_pool_arguments,
     check_replay_and_noise,
     check_updates_per_transition,
     rho_for_n_envs,
 )
-from sb3_async.ae_ddpg.collector import EpisodeCaches, PoolCollection
-from sb3_async.ae_ddpg.pool_env import PAPER_N_ENVS, make_pool_vec_env
+from sb3_async.ae_ddpg.collector import EpisodeCaches, PoolCollector
+from sb3_async.ae_ddpg.pool_env import make_pool_vec_env
 from sb3_async.common.async_metrics import AsyncMetrics
 from sb3_async.common.buffers.ages import sample_ages_of
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
-from sb3_async.common.callbacks import LiveProgress
-from sb3_async.common.dpg import ddpg_policy_kwargs, dpg_update
+from sb3_async.common.callbacks import with_live_progress_bar
+from sb3_async.common.dpg_update import ddpg_policy_kwargs, dpg_update
 from sb3_async.common.masks import check_masked_action_space
+from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
-from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
-from sb3_async.common.save_util import AtomicReplaySaves, check_pickled_class, replay_file_errors
+from sb3_async.common.save_util import (
+    PathLike,
+    atomic_write,
+    check_pickled_class,
+    load_checked,
+    mark_saved_class,
+    replay_file_errors,
+    save_replay_atomically,
+)
 from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settings, soft_update
 from sb3_async.env_pool import AsyncEnvPool
 from sb3_async.env_pool.factories import load_pickled_env
 from sb3_async.env_pool.vec_env import PoolVecEnv
 from sb3_async.validation import check_float, check_int, check_replay_sizes, check_seed
-
-# With the names that lived here before the collection, the env building and the argument checks moved out.
-__all__ = [
-    "AEDDPG",
-    "PAPER_N_ENVS",
-    "RHO_RANGE",
-    "EpisodeCaches",
-    "ddpg_targets",
-    "make_pool_vec_env",
-    "rho_for_n_envs",
-    "weighted_critic_loss",
-]
 
 SelfAEDDPG = TypeVar("SelfAEDDPG", bound="AEDDPG")
 
@@ -70,31 +66,7 @@ SelfAEDDPG = TypeVar("SelfAEDDPG", bound="AEDDPG")
 _load_pickled_env = load_pickled_env
 
 
-def ddpg_targets(rewards: th.Tensor, dones: th.Tensor, next_q_values: th.Tensor, discounts: th.Tensor | float) -> th.Tensor:
-    """Eq. 3: ``y_i = r_i + gamma Q'(s_{i+1}, mu'(s_{i+1}))``, with no bootstrap past a terminal state (the replay
-    learners' one target, :func:`~sb3_async.common.returns.bootstrapped_targets`).
-
-    :param rewards: ``r_i``
-    :param dones: 1 where ``s_{i+1}`` is terminal (time-limit truncations are not: SB3's replay clears them)
-    :param next_q_values: ``Q'(s_{i+1}, mu'(s_{i+1}))`` from the target networks
-    :param discounts: ``gamma`` (or the n-step discounts a replay returns)
-    """
-    return bootstrapped_targets(rewards, dones, next_q_values, discounts)
-
-
-def weighted_critic_loss(q_values: th.Tensor, targets: th.Tensor, weights: th.Tensor) -> th.Tensor:
-    """Eq. 2 with prioritized replay's importance-sampling weights (Schaul et al. 2016, Alg. 1):
-    ``(1/n) sum_i w_i (y_i - Q(s_i, a_i))^2``; with all ``w_i = 1`` it is TD3's ``F.mse_loss``, so the prioritized
-    ablation differs from the others by its sampling and weights only.
-
-    :param q_values: ``Q(s_i, a_i)``
-    :param targets: ``y_i`` (eq. 3)
-    :param weights: ``w_i``, max-normalised
-    """
-    return weighted_squared_loss(targets - q_values, weights, scale=1.0)
-
-
-class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
+class AEDDPG(TD3):
     """
     Asynchronous Episodic DDPG (`Zhang et al. <https://arxiv.org/abs/1903.00827>`_): one actor-critic pair, ``n_envs``
     envs stepped asynchronously (§IV-A), episodic dual replay (§IV-B, Algorithms 1 and 2) and random-walk action noise
@@ -176,6 +148,13 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
     )
     policy: TD3Policy
     env: PoolVecEnv | VecTransposeImage | None  # type: ignore[assignment]  # SB3 wraps image envs in VecTransposeImage
+    min_ready: int  # envs to wait for at each receive
+    pool_kwargs: dict[str, Any]  # for the pools built here
+    backend: str
+    backend_kwargs: dict[str, Any]
+    step_timeout: float | None  # seconds an env's step may stay in flight
+    #: The pool collection (:class:`~sb3_async.ae_ddpg.collector.PoolCollector`): built with the replay, never saved
+    _collector: PoolCollector
 
     def __init__(
         self,
@@ -267,7 +246,6 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
         self.action_noise = action_noise  # type: ignore[assignment]
         if env is not None:  # load() passes none: the saved noise is restored after
             self._resolve_noise()
-            self._reset_collection_stats()
         if _init_setup_model:
             self._setup_model()
 
@@ -290,7 +268,53 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
                 self.buffer_size, self.observation_space, self.action_space, device=self.device, n_envs=1, **kwargs
             )
         super()._setup_model()
-        self._caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)
+        self._collector = PoolCollector(self.n_envs, self.replay_buffer.buffer_size, self.min_ready, self.step_timeout)
+
+    def save(self, path: PathLike | io.BufferedIOBase, exclude: Any = None, include: Any = None) -> None:
+        """Save the model to a zip file (SB3's ``save``); a path is replaced only once the new file is complete.
+
+        :param path: the file (``.zip`` added when the name has no suffix), or an open binary file
+        :param exclude: attributes not to save, in addition to the default ones
+        :param include: attributes to save that would otherwise be excluded
+        """
+        mark_saved_class(self)
+        with atomic_write(path, "zip") as file:
+            super().save(file, exclude, include)
+
+    @classmethod
+    def load(  # type: ignore[override]
+        cls: type[SelfAEDDPG],
+        path: Any,
+        env: Any = None,
+        device: Any = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfAEDDPG:
+        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by AEDDPG (another algorithm's
+        file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file). As with SB3, a model file holds
+        pickled objects, and loading it runs the code they name: load only files you trust."""
+        sb3_load = super().load
+        return load_checked(
+            cls,
+            sb3_load,
+            path,
+            env=env,
+            device=device,
+            custom_objects=custom_objects,
+            print_system_info=print_system_info,
+            force_reset=force_reset,
+            **kwargs,
+        )
+
+    def save_replay_buffer(self, path: PathLike | io.BufferedIOBase) -> None:
+        """Save the replay buffer as a pickle file (SB3's ``save_replay_buffer``); a path is replaced only once the
+        new file is complete.
+
+        :param path: the file (``.pkl`` added when the name has no suffix), or an open binary file
+        """
+        save_replay_atomically(self, path)
 
     def load_replay_buffer(self, path: Any, truncate_last_traj: bool = True) -> None:
         """SB3's ``load_replay_buffer``, for a buffer with one Memory column (the one AEDDPG saves); the running
@@ -309,20 +333,54 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
             )
         if isinstance(self.replay_buffer, EpisodicDualReplayBuffer):
             self.replay_buffer.episode_caches = False
-        self._caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)
+        self._collector.caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)
 
     def _excluded_save_params(self) -> list[str]:
         return [
             *super()._excluded_save_params(),
-            "_caches",
-            "_in_flight",
-            "_episode_stats",
-            "_pending",
-            "_buffer_actions",
+            "_collector",
+            "collection_stats",  # saved by 0.2.0 and earlier, now the collector's
+            "env_transitions",
             "_async_metrics",
         ]
 
     # ---------------------------------------------------------------- envs and learn
+    def _resolve_noise(self) -> None:
+        """Build the default noise (one random walk per env), give a one-stream random walk one stream per env and
+        check a vectorised one's stream count."""
+        if isinstance(self.action_noise, str):
+            dim = int(np.prod(self.action_space.shape))  # type: ignore[arg-type]
+            self.action_noise = RandomWalkActionNoise(np.zeros(dim), n_envs=self.n_envs)
+        elif isinstance(self.action_noise, RandomWalkActionNoise) and not isinstance(self.action_noise, VectorizedActionNoise):
+            self.action_noise = self.action_noise.for_envs(self.n_envs)
+        if isinstance(self.action_noise, RandomWalkActionNoise) and self.action_noise.n_envs != self.n_envs:
+            raise ValueError(
+                f"Invalid action_noise={self.action_noise!r}: it has {self.action_noise.n_envs} streams for {self.n_envs} envs"
+            )
+
+    def _pool_arguments(self) -> dict[str, Any]:
+        """The :class:`AsyncEnvPool` arguments of the pools built here: ``pool_kwargs`` and the backend (a model saved
+        before AEDDPG had a backend loads as ``"mp"``; ``"serial"``: a pool of ``n_hosts=0``)."""
+        backend = getattr(self, "backend", "mp")
+        if backend == "serial":  # every env stepped in this process: a pool without env host processes
+            kwargs = {k: v for k, v in self.pool_kwargs.items() if k != "n_workers"}  # the deprecated name of n_hosts
+            return dict(kwargs, n_hosts=0, backend="mp", backend_kwargs=None)
+        return dict(self.pool_kwargs, backend=backend, backend_kwargs=getattr(self, "backend_kwargs", None) or None)
+
+    def _pool_env(self) -> PoolVecEnv:
+        """The :class:`PoolVecEnv` being trained on, under SB3's ``VecTransposeImage`` for image observations."""
+        env = self.env.venv if isinstance(self.env, VecTransposeImage) else self.env
+        if not isinstance(env, PoolVecEnv):
+            raise RuntimeError(f"AEDDPG trains on an AsyncEnvPool's PoolVecEnv, got {self.env!r}")
+        return env
+
+    def _env_processes(self) -> int:
+        """The env processes stepping on this machine (none for a pool of Ray actors or envs stepped in this process)."""
+        if self.env is None:
+            return 0
+        pool = self._pool_env().pool
+        return pool.n_hosts if pool.backend == "mp" else 0
+
     def set_env(self, env: GymEnv | str | AsyncEnvPool | Callable[[], gym.Env], force_reset: bool = True) -> None:
         """Replace the training envs (an env id, a factory, an env, a ``DummyVecEnv`` or an ``AsyncEnvPool``); the
         number of envs must stay ``n_envs``."""
@@ -351,22 +409,25 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
         result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
         if self._last_obs is not last_obs:
             check_finite_observations(self._last_obs)
-        if self._last_obs is not last_obs or not hasattr(self, "_in_flight"):  # the envs were reset: episodes cut
-            self._in_flight: dict[int, float] = {}
-            self._caches = EpisodeCaches(self.n_envs, self.replay_buffer.buffer_size)  # type: ignore[union-attr]
-            self._episode_stats = np.zeros((self.n_envs, 2), dtype=np.float64)  # return, length of the running episode
+        if self._last_obs is not last_obs or self._collector.in_flight is None:  # the envs were reset: episodes cut
+            self._collector.reset_episodes(self.replay_buffer.buffer_size)  # type: ignore[union-attr]
             if self.action_noise is not None:
                 self.action_noise.reset()
-        self._pending = self._empty_pending()
-        self._reset_collection_stats()
+        self._collector.reset_stats()
         self._async_metrics = AsyncMetrics(self.num_timesteps, self._async_counters())
         self.logger.record("config/torch_threads", th.get_num_threads())
         return result
 
+    def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
+        # progress_bar=True: the live bar (env steps per second, mean episode return) in place of SB3's
+        if progress_bar:
+            callback = with_live_progress_bar(callback)
+        return super()._init_callback(callback, progress_bar=False)
+
     def _async_counters(self) -> dict[str, float]:
         """Cumulative counters of the ``async/`` keys (:mod:`sb3_async.common.async_metrics`): the learner waits for
         data while it waits for envs to finish their step."""
-        stats = self.collection_stats
+        stats = self._collector.stats
         return {
             "updates": self._n_updates,
             "replayed": self._n_updates * self.batch_size,
@@ -394,6 +455,22 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
                 self.env = None
             raise
 
+    def collect_rollouts(
+        self,
+        env: VecEnv,
+        callback: BaseCallback,
+        train_freq: TrainFreq,
+        replay_buffer: ReplayBuffer,
+        action_noise: ActionNoise | None = None,
+        learning_starts: int = 0,
+        log_interval: int | None = None,
+    ) -> RolloutReturn:
+        """SB3's ``collect_rollouts`` for the pool: receive the envs that are ready, store their transitions, act on
+        them in one batched forward pass and send (they step while the learner trains), until ``train_freq``
+        transitions (or episodes) were collected (:meth:`~sb3_async.ae_ddpg.collector.PoolCollector.collect`)."""
+        pool = self._pool_env().pool
+        return self._collector.collect(self, pool, env, callback, train_freq, learning_starts, log_interval)
+
     # ---------------------------------------------------------------- learning
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         """DDPG's update (eq. 1-4: SB3's TD3 ``train()`` with one critic, no policy delay and no target smoothing), with a
@@ -401,7 +478,7 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
         last step.
 
         Written once for every replay (not SB3's ``train()``) for speed, the same update: the actor's backward pass
-        computes its own parameters' gradients only (:func:`~sb3_async.common.dpg.dpg_update`, Ape-X DPG's update
+        computes its own parameters' gradients only (:func:`~sb3_async.common.dpg_update.dpg_update`, Ape-X DPG's update
         too), the target networks move in one multi-tensor call (:func:`~sb3_async.common.torch_utils.soft_update`).
         """
         start = time.perf_counter()
@@ -446,7 +523,7 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
         self.logger.record("train/critic_loss", np.mean(critic_losses))
         if prioritized:
             self.logger.record("train/per_beta", self.per_beta())
-        self.collection_stats["train_seconds"] += time.perf_counter() - start
+        self._collector.stats["train_seconds"] += time.perf_counter() - start
 
     def _scaled_gradient_steps(self, gradient_steps: int) -> int:
         """With ``gradient_steps=-1`` SB3 passes the transitions collected; scale by ``updates_per_transition``,
@@ -469,13 +546,18 @@ class AEDDPG(LiveProgress, AtomicReplaySaves, PoolCollection, TD3):
     def overlap_stats(self) -> dict[str, float]:
         """How collection and learning overlapped since ``learn()`` started: the shares of wall-clock time spent waiting
         for envs (``recv``) and training, and the mean number of envs per receive."""
-        stats = self.collection_stats
-        elapsed = max(time.perf_counter() - stats["started"], 1e-9)
-        return {
-            "time/recv_wait_fraction": stats["recv_seconds"] / elapsed,
-            "time/train_fraction": stats["train_seconds"] / elapsed,
-            "rollout/envs_per_receive": stats["transitions"] / max(stats["receives"], 1),
-        }
+        return self._collector.overlap_stats()
+
+    @property
+    def collection_stats(self) -> dict[str, Any]:
+        """Seconds waiting for envs (``recv_seconds``) and training (``train_seconds``), ``receives`` and
+        ``transitions`` since ``learn()`` started."""
+        return self._collector.stats
+
+    @property
+    def env_transitions(self) -> np.ndarray:
+        """Transitions collected from each env since ``learn()`` started."""
+        return self._collector.env_transitions
 
     def dump_logs(self) -> None:
         for key, value in self.overlap_stats().items():

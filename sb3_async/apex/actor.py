@@ -1,7 +1,7 @@
 """The actor side of Ape-X (Horgan et al. 2018, Algorithm 1): :func:`apex_actor`, run by the runtime in each worker.
 
 Each actor steps its env copies with a local copy of the networks, builds n-step transitions
-(:class:`~sb3_async.apex.returns.NStepBuilder`), computes their initial priorities ``|δ|`` with its own copy in batch
+(:class:`~sb3_async.apex.transitions.NStepBuilder`), computes their initial priorities ``|δ|`` with its own copy in batch
 when it flushes its local buffer of ``block_size`` transitions, sends the block with ``ctx.send`` and refreshes its
 parameters from the learner's published copy every ``actor_update_interval`` env steps. With an env that gives action
 masks (sb3-contrib's ``action_masks()``, :mod:`sb3_async.common.masks`) it reads them after every step, acts and
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sb3_async.apex.returns import NStepBuilder, NStepTransitions, stack_transitions
+from sb3_async.apex.transitions import NStepBuilder, NStepTransitions, stack_transitions
 from sb3_async.common.masks import mask_reader
 from sb3_async.common.observations import check_finite_observations, check_finite_rewards
 from sb3_async.common.returns import bootstrap_truncated_rewards
@@ -41,11 +41,11 @@ class ApeXActorConfig(WorkerPolicyConfig):
     actor_update_interval: int
     max_blocks_in_flight: int
     published: tuple[str, ...]
-    model_class: type[ApeXActorModel]
+    acting_class: type[ApeXActing]
     exploration: float | np.ndarray  # one for all the actor's envs, or one per env
 
 
-class ApeXActorModel:
+class ApeXActing:
     """The algorithm-specific part of an actor: acting, bootstrap values and initial priorities on its local copy.
 
     :param policy: the actor's private policy (its published modules are refreshed from the learner)
@@ -84,7 +84,7 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
     shared: list[torch.Tensor] = ctx.shared["params"][:-1]
     version: torch.Tensor = ctx.shared["params"][-1]  # the learner's update count when it published them
     inserted: torch.Tensor = ctx.shared["inserted"]
-    model = cfg.model_class(policy, cfg, np.random.default_rng(ctx.seed))
+    acting = cfg.acting_class(policy, cfg, np.random.default_rng(ctx.seed))
     env_offset = ctx.rank * cfg.n_envs  # global index of the actor's first env
     reporter = StatsReporter(ctx, env_offset=env_offset)
     masks = mask_reader(env, cfg.action_space, env_offset)  # None: the env gives no action masks
@@ -110,11 +110,11 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
         nonlocal sent
         block = stack_transitions(local_buffer)
         local_buffer.clear()
-        ctx.send("transitions", (block, model.priorities(block).astype(np.float64), acted_with))
+        ctx.send("transitions", (block, acting.priorities(block).astype(np.float64), acted_with))
         sent += 1
 
     while not ctx.should_stop():
-        stored, env_actions = model.act(obs) if legal is None else model.act(obs, legal)
+        stored, env_actions = acting.act(obs) if legal is None else acting.act(obs, legal)
         new_obs, rewards, dones, infos = env.step(env_actions)
         check_finite_observations(new_obs, env_offset)
         check_finite_rewards(rewards, env_offset, lambda: ctx.num_timesteps)
@@ -127,9 +127,9 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
             last_obs = np.stack([infos[i]["terminal_observation"] for i in truncated])
             check_finite_observations(last_obs, [env_offset + i for i in truncated])
             if masks is None:
-                values[truncated] = model.values(last_obs)
+                values[truncated] = acting.values(last_obs)
             else:
-                values[truncated] = model.values(last_obs, masks.terminal(infos, np.array(truncated)))
+                values[truncated] = acting.values(last_obs, masks.terminal(infos, np.array(truncated)))
             rewards = bootstrap_truncated_rewards(rewards, mask, values, cfg.gamma)
         reporter.record_infos(dones, infos)
         if masks is not None:

@@ -2,13 +2,14 @@
 the main process, one prioritized replay.
 
 * Actors (:func:`~sb3_async.apex.actor.apex_actor`, runtime workers): each steps its env copies with a local copy of
-  the networks, builds n-step transitions (:class:`~sb3_async.apex.returns.NStepBuilder`), computes their initial
+  the networks, builds n-step transitions (:class:`~sb3_async.apex.transitions.NStepBuilder`), computes their initial
   priorities ``|δ|`` with its own copy in batch when it flushes its local buffer of ``block_size`` transitions, sends
   the block with ``ctx.send`` and refreshes its parameters from the learner's published copy every
   ``actor_update_interval`` env steps.
-* Learner (:meth:`ApeXAlgorithm._learner_step`, called by ``WorkerSupervision._supervise`` between two polls): inserts
-  the received blocks, samples prioritized batches, applies the IS-weighted update, writes back the new priorities,
-  refreshes the target network and publishes the parameters to shared memory.
+* Learner (:meth:`ApeXAlgorithm._train_between_polls`, called by the supervision loop of ``learn()`` between two
+  polls): inserts the received blocks, runs :meth:`ApeXAlgorithm.learner_step` (a prioritized batch, the IS-weighted
+  update, the new priorities written back, the target network refreshed) for ~20 ms and publishes the parameters to
+  shared memory.
 * Blocks in flight are bounded: an actor that has ``max_blocks_in_flight`` blocks not yet inserted waits (it keeps
   answering stop/pause). The wait is counted and logged as ``async/actor_wait_share``; nothing is dropped.
 * The replay is a ring (``buffer_size``): the oldest transitions are overwritten first, the paper's FIFO trimming
@@ -17,6 +18,7 @@ the main process, one prioritized replay.
 
 from __future__ import annotations
 
+import io
 import math
 import time
 import warnings
@@ -29,23 +31,20 @@ import torch
 from stable_baselines3.common.save_util import load_from_pkl
 from stable_baselines3.common.type_aliases import Schedule
 
-from sb3_async.apex.actor import ApeXActorConfig, ApeXActorModel, apex_actor, published_parameters
-from sb3_async.apex.returns import NStepTransitions
+from sb3_async.apex.actor import ApeXActing, ApeXActorConfig, apex_actor, published_parameters
+from sb3_async.apex.transitions import NStepTransitions
 from sb3_async.common.async_algorithm import AsyncAlgorithm
 from sb3_async.common.buffers.ages import sample_ages_of
 from sb3_async.common.buffers.masked import MaskedPrioritizedReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer, check_replay_memory
 from sb3_async.common.masks import masking_supported
-from sb3_async.common.save_util import AtomicReplaySaves, check_pickled_class, replay_file_errors
+from sb3_async.common.save_util import PathLike, check_pickled_class, replay_file_errors, save_replay_atomically
 from sb3_async.runtime import Runtime, WorkerSpec
 from sb3_async.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
 from sb3_async.validation import check_float, check_int, check_replay_sizes
 
-# The actor side lives in sb3_async.apex.actor; its names stay importable from here.
-__all__ = ["ApeXActorConfig", "ApeXActorModel", "ApeXAlgorithm", "apex_actor", "published_parameters"]
 
-
-class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
+class ApeXAlgorithm(AsyncAlgorithm):
     """Base class of :class:`~sb3_async.ApeXDQN` and :class:`~sb3_async.ApeXDPG`.
 
     :param buffer_size: replay capacity (transitions); oldest overwritten first (the paper's FIFO soft cap)
@@ -78,7 +77,7 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
     envs_argument: ClassVar[str] = "n_envs_per_actor"
     #: Modules of the policy the learner publishes to the actors.
     published_modules: ClassVar[tuple[str, ...]]
-    actor_model_class: ClassVar[type[ApeXActorModel]]
+    acting_class: ClassVar[type[ApeXActing]]
 
     def __init__(
         self,
@@ -201,6 +200,14 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
         self.replay_buffer = None
         self._reset_flow()
 
+    def save_replay_buffer(self, path: PathLike | io.BufferedIOBase) -> None:
+        """Save the replay buffer as a pickle file (SB3's ``save_replay_buffer``); a path is replaced only once the
+        new file is complete.
+
+        :param path: the file (``.pkl`` added when the name has no suffix), or an open binary file
+        """
+        save_replay_atomically(self, path)
+
     def load_replay_buffer(self, path: Any, truncate_last_traj: bool = True) -> None:
         """Load a replay buffer (transitions and priorities) saved by :meth:`save_replay_buffer`. The file is a pickle,
         and unpickling runs the code it names: its class is checked first (:func:`check_pickled_class`), but load only
@@ -257,7 +264,7 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
                 actor_update_interval=self.actor_update_interval,
                 max_blocks_in_flight=self.max_blocks_in_flight,
                 published=self.published_modules,
-                model_class=self.actor_model_class,
+                acting_class=self.acting_class,
                 exploration=self._actor_exploration(rank),
             )
             shared = {"params": self._published, "inserted": self._inserted}
@@ -346,7 +353,7 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
     def _update_target(self) -> None:
         """Copy the online networks into the target networks."""
 
-    def _learner_step(self) -> float:
+    def _train_between_polls(self) -> float:
         """Learner iterations for ~20 ms (the main process also polls actors and runs callbacks between two calls).
 
         Returns how long the next poll may wait: 0 while learning, 20 ms while the replay is below
@@ -364,16 +371,18 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
             self._insert_ready()
             if self.replay_ratio is not None and self._ratio_reached():
                 break  # ahead of the actors: wait for data (the next poll blocks, no spinning)
-            self._learner_batch()
+            self.learner_step()
         self.policy.set_training_mode(False)
         self._publish()
         busy = time.monotonic() - start
         self._busy += busy
         return 0.0 if busy >= 0.02 else 0.02
 
-    def _learner_batch(self) -> None:
-        """One learner iteration (Algorithm 2): sample a prioritized batch, update, write the priorities back,
-        refresh the target network every ``target_update_interval`` batches."""
+    def learner_step(self) -> None:
+        """One learner iteration (Ape-X, Algorithm 2): sample a prioritized batch from the replay, one gradient step on
+        its importance-weighted loss (:meth:`_train_batch`: the DQN or DPG loss), write the batch's new priorities
+        ``|δ|`` back, and refresh the target network every ``target_update_interval`` batches. ``learn()`` runs it
+        between two polls of the actors once the replay holds ``learning_starts`` transitions."""
         assert self.replay_buffer is not None
         batch = self.replay_buffer.sample_arrays(self.batch_size)
         loss, td_abs = self._train_batch(batch)
@@ -392,6 +401,7 @@ class ApeXAlgorithm(AtomicReplaySaves, AsyncAlgorithm):
         return None if self.replay_buffer is None else sample_ages_of(self.replay_buffer).take()
 
     def _log_extra(self) -> None:
+        super()._log_extra()
         elapsed = max(time.monotonic() - self._flow_start, 1e-9)
         for key, value in self._last_metrics.items():
             self.logger.record(f"train/{key}", value)

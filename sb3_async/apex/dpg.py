@@ -12,16 +12,17 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.td3.policies import CnnPolicy, MultiInputPolicy, TD3Policy
 from torch import nn
 
-from sb3_async.apex.actor import ApeXActorModel
+from sb3_async.apex.actor import ApeXActing
 from sb3_async.apex.base import ApeXAlgorithm
-from sb3_async.apex.returns import NStepTransitions, bootstrapped_targets
+from sb3_async.apex.transitions import NStepTransitions
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
-from sb3_async.common.dpg import ddpg_policy_kwargs, dpg_update
+from sb3_async.common.dpg_update import ddpg_policy_kwargs, dpg_update
+from sb3_async.common.returns import bootstrapped_targets
 from sb3_async.common.torch_utils import to_tensor
 from sb3_async.validation import check_float
 
 
-class DPGActorModel(ApeXActorModel):
+class DPGActing(ApeXActing):
     """An Ape-X DPG actor: π(s, ψ) + N(0, σ²) per action dimension; priorities from its copies of the critic."""
 
     def act(self, obs: np.ndarray, masks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -90,7 +91,7 @@ class ApeXDPG(ApeXAlgorithm):
     }
     policy: TD3Policy
     published_modules = ("actor", "critic", "actor_target", "critic_target")
-    actor_model_class = DPGActorModel
+    acting_class = DPGActing
 
     def __init__(
         self,

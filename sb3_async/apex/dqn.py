@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -11,26 +12,69 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.dqn.policies import DQNPolicy
 
-from sb3_async.apex.actor import ApeXActorModel
+from sb3_async.apex.actor import ApeXActing
 from sb3_async.apex.base import ApeXAlgorithm
 from sb3_async.apex.policies import DuelingCnnPolicy, DuelingDQNPolicy
-from sb3_async.apex.returns import (
+from sb3_async.apex.transitions import (
     NStepTransitions,
     apex_epsilons,
-    bootstrapped_targets,
     double_q_values,
-    weighted_squared_loss,
 )
 from sb3_async.common.buffers.masked import MaskedPrioritizedReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
-from sb3_async.common.epsilon_greedy import EpsilonGreedyPredict
 from sb3_async.common.exploration import epsilon_greedy
 from sb3_async.common.masks import masked_argmax, masked_epsilon_greedy
+from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.torch_utils import clip_grad_norm, to_tensor
 from sb3_async.validation import check_float
 
 
-class DQNActorModel(ApeXActorModel):
+def double_q_td_errors(
+    q_net: Callable[[Any], torch.Tensor],
+    q_net_target: Callable[[Any], torch.Tensor],
+    obs: Any,
+    actions: torch.Tensor,
+    returns: torch.Tensor,
+    dones: torch.Tensor,
+    next_obs: Any,
+    discount: float,
+    next_masks: torch.Tensor | np.ndarray | None = None,
+) -> torch.Tensor:
+    """Ape-X DQN's n-step double-Q TD errors (§3.1): ``δ = G + discount (1 - d) q(s', argmax_a' q(s', a'; θ); θ⁻)
+    - q(s, a; θ)``, the argmax over the legal actions with ``next_masks``; the gradient flows through ``q(s, a; θ)``
+    only. The actors' initial priorities are ``|δ|``; the learner's loss is their weighted square."""
+    with torch.no_grad():
+        next_values = double_q_values(q_net(next_obs), q_net_target(next_obs), next_masks)
+        targets = bootstrapped_targets(returns, dones, next_values, discount)
+    q = q_net(obs).gather(1, actions.long().reshape(-1, 1)).squeeze(1)
+    return targets - q
+
+
+def double_q_loss(
+    q_net: Callable[[Any], torch.Tensor],
+    q_net_target: Callable[[Any], torch.Tensor],
+    batch: PrioritizedArrays,
+    discount: float,
+    device: torch.device,
+    next_masks: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The learner's loss on a prioritized batch: ``mean_i w_i ½ δ_i²`` (Ape-X §3.1, :func:`double_q_td_errors`,
+    importance-weighted); returns the loss and ``δ``."""
+    td_errors = double_q_td_errors(
+        q_net,
+        q_net_target,
+        torch.as_tensor(batch.observations, device=device),
+        torch.as_tensor(batch.actions, device=device).flatten(),
+        torch.as_tensor(batch.rewards, device=device).flatten(),
+        torch.as_tensor(batch.dones, device=device).flatten(),
+        torch.as_tensor(batch.next_observations, device=device),
+        discount,
+        next_masks,
+    )
+    return weighted_squared_loss(td_errors, torch.as_tensor(batch.weights, device=device).flatten()), td_errors
+
+
+class DQNActing(ApeXActing):
     """An Ape-X DQN actor: ε_i-greedy on its copy of q(·, θ); priorities from its copies of θ and θ⁻."""
 
     def _q(self, obs: Any, target: bool = False) -> torch.Tensor:
@@ -54,15 +98,21 @@ class DQNActorModel(ApeXActorModel):
 
     def priorities(self, block: NStepTransitions) -> np.ndarray:
         with torch.no_grad():
-            q = self._q(block.obs).gather(1, torch.as_tensor(block.actions, dtype=torch.long).reshape(-1, 1)).squeeze(1)
-            next_values = double_q_values(self._q(block.next_obs), self._q(block.next_obs, target=True), block.next_masks)
-            targets = bootstrapped_targets(
-                torch.as_tensor(block.returns), torch.as_tensor(block.dones), next_values, self.cfg.gamma**self.cfg.n_steps
+            td_errors = double_q_td_errors(
+                self._q,
+                lambda obs: self._q(obs, target=True),
+                block.obs,
+                torch.as_tensor(block.actions),
+                torch.as_tensor(block.returns),
+                torch.as_tensor(block.dones),
+                block.next_obs,
+                self.cfg.gamma**self.cfg.n_steps,
+                block.next_masks,
             )
-            return (targets - q).abs().numpy()
+            return td_errors.abs().numpy()
 
 
-class ApeXDQN(EpsilonGreedyPredict, ApeXAlgorithm):
+class ApeXDQN(ApeXAlgorithm, epsilon_greedy=True):
     """Ape-X DQN (Horgan et al. 2018, Algorithms 1 and 2, §3.1): ``n_actors`` actors with fixed ε_i-greedy exploration
     feed one prioritized replay; the learner in the main process trains a dueling network with double Q-learning on
     n-step returns, IS-weighted, and writes the new priorities back.
@@ -103,7 +153,7 @@ class ApeXDQN(EpsilonGreedyPredict, ApeXAlgorithm):
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"MlpPolicy": DuelingDQNPolicy, "CnnPolicy": DuelingCnnPolicy}
     policy: DQNPolicy
     published_modules = ("q_net", "q_net_target")
-    actor_model_class = DQNActorModel
+    acting_class = DQNActing
 
     def __init__(
         self,
@@ -215,24 +265,11 @@ class ApeXDQN(EpsilonGreedyPredict, ApeXAlgorithm):
 
     def _train_batch(self, batch: PrioritizedArrays) -> tuple[float, np.ndarray]:
         self._update_learning_rate(self.policy.optimizer)
-        device = self.device
-        obs, next_obs = (
-            torch.as_tensor(batch.observations, device=device),
-            torch.as_tensor(batch.next_observations, device=device),
-        )
-        actions = torch.as_tensor(batch.actions, device=device).long().reshape(-1, 1)
-        returns = torch.as_tensor(batch.rewards, device=device).flatten()
-        dones = torch.as_tensor(batch.dones, device=device).flatten()
-        weights = torch.as_tensor(batch.weights, device=device).flatten()
-        with torch.no_grad():
-            next_masks = None
-            if isinstance(self.replay_buffer, MaskedPrioritizedReplayBuffer):  # an env with action masks
-                next_masks = torch.as_tensor(self.replay_buffer.next_masks(batch.indices), device=device)
-            next_values = double_q_values(self.policy.q_net(next_obs), self.policy.q_net_target(next_obs), next_masks)
-            targets = bootstrapped_targets(returns, dones, next_values, self.gamma**self.n_steps)
-        q = self.policy.q_net(obs).gather(1, actions).squeeze(1)
-        td_errors = targets - q
-        loss = weighted_squared_loss(td_errors, weights)
+        next_masks = None
+        if isinstance(self.replay_buffer, MaskedPrioritizedReplayBuffer):  # an env with action masks
+            next_masks = torch.as_tensor(self.replay_buffer.next_masks(batch.indices), device=self.device)
+        discount = self.gamma**self.n_steps
+        loss, td_errors = double_q_loss(self.policy.q_net, self.policy.q_net_target, batch, discount, self.device, next_masks)
         self.policy.optimizer.zero_grad()
         loss.backward()
         clip_grad_norm(self._q_parameters, self.max_grad_norm)

@@ -22,7 +22,6 @@ from stable_baselines3.dqn.policies import DQNPolicy, MultiInputPolicy, QNetwork
 from torch.nn import functional as F
 
 from sb3_async.common.async_algorithm import AsyncAlgorithm
-from sb3_async.common.epsilon_greedy import EpsilonGreedyPredict
 from sb3_async.common.exploration import (
     PAPER_FINAL_EPSILON_PROBS,
     PAPER_FINAL_EPSILONS,
@@ -144,7 +143,7 @@ def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
     worker.close()
 
 
-class AsyncQLearning(EpsilonGreedyPredict, AsyncAlgorithm):
+class AsyncQLearning(AsyncAlgorithm, epsilon_greedy=True):
     """Base class of the asynchronous value-based methods (Mnih et al. 2016, "Asynchronous Methods for Deep
     Reinforcement Learning", https://arxiv.org/abs/1602.01783, §4 and supp. Algorithm S1). Use one of
     :class:`AsyncOneStepQ`, :class:`AsyncSarsa`, :class:`AsyncNStepQ`.

@@ -128,7 +128,7 @@ def _apex(algo: str, env: Any, policy: str, adam: bool, **kwargs: Any) -> Callab
         model._share_state()
         _random_transitions(model, 10_000)
         model.policy.set_training_mode(True)
-        return model._learner_batch
+        return model.learner_step
 
     return build
 

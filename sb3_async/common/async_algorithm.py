@@ -6,51 +6,60 @@ fill ``ep_info_buffer``, and the logger writes ``rollout/``, ``time/`` and ``tra
 are started, supervised and stopped by :mod:`sb3_async.runtime`; an algorithm only says what its workers run
 (:meth:`AsyncAlgorithm._worker_specs`).
 
-This module holds the model: construction, ``load()``, the env, and ``learn()``, which starts the workers and hands
-over to the supervision loop (:mod:`sb3_async.common.supervision`). The ``VecNormalize`` statistics the workers share
-are the job of :mod:`sb3_async.common.normalization_sharing`; what runs in the workers is in
-:mod:`sb3_async.common.worker_side`.
+This module holds the model: construction, ``save()`` / ``load()``, the env, and ``learn()``, which starts the workers
+and runs the supervision loop (:meth:`AsyncAlgorithm._supervise`): it polls the runtime, turns the workers' global
+step count into one callback ``on_step()`` per ``n_envs`` steps, fills the rollout statistics, writes the logs, and
+stops the workers when a callback asks to. What an algorithm adds to this loop are hooks:
+:meth:`~AsyncAlgorithm._train_between_polls` (Ape-X's learner), :meth:`~AsyncAlgorithm._on_message` (messages other
+than ``"stats"``), :meth:`~AsyncAlgorithm._on_worker_error` (Ape-X restarts a dead actor), and
+:meth:`~AsyncAlgorithm._log_extra` and :meth:`~AsyncAlgorithm._async_counters` (the algorithms' update count, which
+turns on the ``async/`` keys of :mod:`sb3_async.common.async_metrics`). The ``VecNormalize`` statistics the workers
+share are in :mod:`sb3_async.common.normalization`; what runs in the workers is in :mod:`sb3_async.common.worker_side`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
+import math
 import os
+import sys
+import time
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar, TypeVar
 
+import numpy as np
 import torch
 from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
+from stable_baselines3.common.utils import safe_mean
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
-from sb3_async.common.callbacks import LiveProgress, frozen_evaluations, show_final_timesteps
+from sb3_async.common.async_metrics import AsyncMetrics
+from sb3_async.common.callbacks import frozen_evaluations, show_final_timesteps, with_live_progress_bar
+from sb3_async.common.epsilon_greedy import epsilon_greedy_predict
 from sb3_async.common.masks import check_masked_action_space
-from sb3_async.common.normalization import load_statistics_state
-from sb3_async.common.normalization_sharing import SharedNormalization
+from sb3_async.common.normalization import (
+    freeze_main,
+    load_statistics_state,
+    main_vec_normalizes,
+    share_with_main,
+    statistics_state,
+)
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_observation_space
-from sb3_async.common.save_util import AtomicSaves
-from sb3_async.common.supervision import WorkerSupervision
+from sb3_async.common.save_util import PathLike, atomic_write, load_checked, mark_saved_class
 from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settings, usable_cpus
-from sb3_async.common.worker_envs import EnvRecipe, WorkerEnvsView
-from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig, shared_obs_buffer
+from sb3_async.common.worker_envs import EnvRecipe, TemplateVecEnv
+from sb3_async.common.worker_side import read_obs, shared_obs_buffer
 from sb3_async.runtime import Runtime, WorkerSpec, make_runtime, worker_seed
 from sb3_async.runtime.mp import start_forkserver
 from sb3_async.runtime.processes import START_METHODS, WorkerError
 from sb3_async.validation import check_backend, check_float, check_int, check_seed
-
-# Re-exported: algorithms built on this module import their worker-side base names from here.
-__all__ = [
-    "MAX_WORKERS_PER_CPU",
-    "MIN_WORKER_BOUND",
-    "AsyncAlgorithm",
-    "StatsReporter",
-    "WorkerPolicyConfig",
-    "check_learning_rate",
-    "max_local_workers",
-]
 
 SelfAsyncAlgorithm = TypeVar("SelfAsyncAlgorithm", bound="AsyncAlgorithm")
 PolicyT = TypeVar("PolicyT", bound=BasePolicy)
@@ -82,6 +91,24 @@ def check_learning_rate(value: Any) -> float | Schedule:
     return check_float("learning_rate", value)
 
 
+#: Seconds the workers have to finish after a callback stopped training (their last messages are received meanwhile).
+_STOP_SECONDS = 30.0
+
+
+def record_seat_statistics(logger: Any, episodes: Iterable[dict[str, Any]]) -> None:
+    """Log ``rollout/seat_<k>_ep_rew_mean``, ``_win_rate`` and ``_loss_rate`` over the episodes of turn-based games in
+    ``episodes`` (SB3's ``ep_info_buffer``: those with a ``"seat"``), one set per seat."""
+    by_seat: dict[int, list[dict[str, Any]]] = {}
+    for episode in episodes:
+        if "seat" in episode:
+            by_seat.setdefault(int(episode["seat"]), []).append(episode)
+    for seat, played in sorted(by_seat.items()):
+        results = np.array([episode["result"] for episode in played])
+        logger.record(f"rollout/seat_{seat}_ep_rew_mean", float(np.mean([episode["r"] for episode in played])))
+        logger.record(f"rollout/seat_{seat}_win_rate", float(np.mean(results == 1)))
+        logger.record(f"rollout/seat_{seat}_loss_rate", float(np.mean(results == -1)))
+
+
 def _snapshot(value: Any) -> Any:
     """A private copy of every tensor in a (nested) state dict."""
     if isinstance(value, torch.Tensor):
@@ -93,7 +120,7 @@ def _snapshot(value: Any) -> Any:
     return value
 
 
-class AsyncAlgorithm(LiveProgress, WorkerSupervision, SharedNormalization, AtomicSaves):
+class AsyncAlgorithm(BaseAlgorithm):
     """Base class of the asynchronous algorithms: SB3's ``learn()`` contract on top of the runtime.
 
     :param policy: policy class or alias (``"MlpPolicy"``, ``"CnnPolicy"``, ...)
@@ -137,6 +164,22 @@ class AsyncAlgorithm(LiveProgress, WorkerSupervision, SharedNormalization, Atomi
     saved_class_marker: ClassVar[str | None] = "n_envs_per_worker"  # only this family saves it
     #: Where the action spaces this algorithm refuses are taken (ends the message refusing an env)
     other_action_spaces: ClassVar[str] = ""
+    #: Whether ``predict()`` is ε-greedy on a Q-network with ε the class's ``exploration_rate``, logged as
+    #: ``rollout/exploration_rate`` (the value-based algorithms: ``class ApeXDQN(ApeXAlgorithm, epsilon_greedy=True)``)
+    epsilon_greedy: ClassVar[bool] = False
+    #: How the workers rebuild the training env (None: a model without env).
+    _env_recipe: EnvRecipe | None
+    #: ``VecNormalize`` statistics saved with the model (:func:`~sb3_async.common.normalization.statistics_state`).
+    _normalization_state: dict[str, Any] | None
+    #: The latest training metrics of each worker (``"stats"`` messages), averaged over the workers in the logs.
+    _train_stats: dict[int, dict[str, float]]
+    #: The ``async/`` metrics since the last log, during a ``learn()`` call of an algorithm that counts its updates.
+    _async_metrics: AsyncMetrics | None = None
+
+    def __init_subclass__(cls, epsilon_greedy: bool | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if epsilon_greedy is not None:
+            cls.epsilon_greedy = epsilon_greedy
 
     def __init__(
         self,
@@ -259,10 +302,10 @@ class AsyncAlgorithm(LiveProgress, WorkerSupervision, SharedNormalization, Atomi
 
     def _use_worker_view(self) -> None:
         self.n_envs = self.n_envs_total
-        if isinstance(self.env, WorkerEnvsView) and self.env.num_envs != self.n_envs_total:  # load(..., n_workers=k)
+        if isinstance(self.env, TemplateVecEnv) and self.env.num_envs != self.n_envs_total:  # load(..., n_workers=k)
             self.env = self.env.template
-        if self.env is not None and not isinstance(self.env, WorkerEnvsView):
-            self.env = WorkerEnvsView(self.env, self.n_envs_total)
+        if self.env is not None and not isinstance(self.env, TemplateVecEnv):
+            self.env = TemplateVecEnv(self.env, self.n_envs_total)
 
     def get_parameters(self) -> dict[str, dict]:
         # Workers keep writing the shared tensors while a callback saves the model: without a snapshot, the bytes the
@@ -292,7 +335,7 @@ class AsyncAlgorithm(LiveProgress, WorkerSupervision, SharedNormalization, Atomi
         check_masked_action_space(type(self).__name__, wrapped, self.action_space)
         self._env_recipe = self._given_env_recipe = recipe
         self._vec_normalize_env = unwrap_vec_normalize(wrapped)
-        self.env = WorkerEnvsView(wrapped, self.n_envs_total)
+        self.env = TemplateVecEnv(wrapped, self.n_envs_total)
         self.n_envs = self.n_envs_total
         if force_reset:
             self._last_obs = None
@@ -305,6 +348,101 @@ class AsyncAlgorithm(LiveProgress, WorkerSupervision, SharedNormalization, Atomi
             name = self.policy_class.__name__
             raise TypeError(f"Invalid policy={name}: {type(self).__name__} needs a subclass of {required.__name__}")
         return policy
+
+    def save(self, path: PathLike | io.BufferedIOBase, exclude: Any = None, include: Any = None) -> None:
+        """Save the model to a zip file (SB3's ``save``); a path is replaced only once the new file is complete
+        (:func:`~sb3_async.common.save_util.atomic_write`). The ``VecNormalize`` statistics go with it, so that a
+        model loaded without an env rebuilds its env with the statistics it was trained with.
+
+        :param path: the file (``.zip`` added when the name has no suffix), or an open binary file
+        :param exclude: attributes not to save, in addition to the default ones
+        :param include: attributes to save that would otherwise be excluded
+        """
+        if self._vec_normalize_env is not None:
+            self._normalization_state = statistics_state(self._vec_normalize_env)
+        mark_saved_class(self)
+        with atomic_write(path, "zip") as file:
+            super().save(file, exclude, include)
+
+    @classmethod
+    def load(  # type: ignore[override]
+        cls: type[SelfAsyncAlgorithm],
+        path: Any,
+        env: Any = None,
+        device: Any = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfAsyncAlgorithm:
+        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by this algorithm (another
+        algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file). As with SB3, a model
+        file holds pickled objects (the env recipe, schedules), and loading it runs the code they name: load only
+        files you trust. The worker counts under the constructor's names are applied to the loaded model
+        (:meth:`_pop_load_options`)."""
+        sb3_load = super().load
+        return load_checked(
+            cls,
+            sb3_load,
+            path,
+            env=env,
+            device=device,
+            custom_objects=custom_objects,
+            print_system_info=print_system_info,
+            force_reset=force_reset,
+            **kwargs,
+        )
+
+    def get_vec_normalize_env(self) -> VecNormalize | None:
+        """The ``VecNormalize`` of the training env (live shared statistics during ``learn()``); for a model loaded
+        without an env, one rebuilt from the saved env and statistics."""
+        if (
+            self._vec_normalize_env is None
+            and self.env is None
+            and self._env_recipe is not None
+            and self._env_recipe.normalizes
+        ):
+            self._ensure_env()
+        return self._vec_normalize_env
+
+    def load_saved_normalization(self) -> bool:
+        """Copy the ``VecNormalize`` statistics saved with the model into the training env's ``VecNormalize``.
+
+        ``load(path)`` without an env does this itself; ``load(path, env=...)`` keeps the statistics of the env given
+        (SB3's convention). Call this after it to resume from the model's own statistics instead (those of the moment
+        it was saved, e.g. a checkpoint's). Returns whether there were statistics to copy and an env to copy them to.
+        """
+        if self._vec_normalize_env is None or self._normalization_state is None:
+            return False
+        load_statistics_state(self._vec_normalize_env, self._normalization_state)
+        return True
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+        action_masks: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """SB3's ``predict()``; for the value-based algorithms (:attr:`epsilon_greedy`), SB3's ``DQN.predict``:
+        greedy actions, each replaced by a random one with probability ``exploration_rate`` unless ``deterministic``,
+        and ``action_masks`` (sb3-contrib's convention) restricting both to the legal actions
+        (:func:`~sb3_async.common.epsilon_greedy.epsilon_greedy_predict`)."""
+        if self.epsilon_greedy:
+            epsilon = self.exploration_rate  # type: ignore[attr-defined]
+            return epsilon_greedy_predict(
+                self.policy, self.action_space, epsilon, observation, state, episode_start, deterministic, action_masks
+            )
+        if action_masks is not None:
+            raise TypeError(f"{type(self).__name__}.predict() takes no action_masks: its actions are not discrete")
+        return super().predict(observation, state, episode_start, deterministic)
+
+    def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
+        # progress_bar=True: the live bar (env steps per second, mean episode return) in place of SB3's
+        if progress_bar:
+            callback = with_live_progress_bar(callback)
+        return super()._init_callback(callback, progress_bar=False)
 
     # --- what each algorithm provides -------------------------------------------------------------------------------
 
@@ -327,7 +465,7 @@ class AsyncAlgorithm(LiveProgress, WorkerSupervision, SharedNormalization, Atomi
             self._vec_normalize_env = unwrap_vec_normalize(template)
             if self._vec_normalize_env is not None and self._normalization_state is not None:
                 load_statistics_state(self._vec_normalize_env, self._normalization_state)
-            self.env = WorkerEnvsView(template, self.n_envs_total)
+            self.env = TemplateVecEnv(template, self.n_envs_total)
 
     def learn(
         self: SelfAsyncAlgorithm,
@@ -356,7 +494,10 @@ class AsyncAlgorithm(LiveProgress, WorkerSupervision, SharedNormalization, Atomi
         self._share_state()
         specs = self._worker_specs()
         latest_obs = shared_obs_buffer(self.observation_space, self.n_envs)
-        normalization = self._share_normalization(len(specs))
+        normalization = None
+        venv = self._vec_normalize_env
+        if venv is not None and self._env_recipe is not None and self._env_recipe.normalizes:
+            normalization = share_with_main(venv, main_vec_normalizes(self.env, venv), len(specs))
         for spec in specs:
             spec.shared["latest_obs"] = latest_obs
             spec.synced = (*spec.synced, "latest_obs")  # each env's slot has one writer: merging changes is exact
@@ -374,7 +515,8 @@ class AsyncAlgorithm(LiveProgress, WorkerSupervision, SharedNormalization, Atomi
         finally:
             self._runtime = None
             runtime.close()
-            self._detach_normalization()
+            if self._vec_normalize_env is not None:
+                freeze_main(self._vec_normalize_env, main_vec_normalizes(self.env, self._vec_normalize_env))
         show_final_timesteps(callback, self.num_timesteps)
         callback.on_training_end()
         return self
@@ -418,3 +560,161 @@ class AsyncAlgorithm(LiveProgress, WorkerSupervision, SharedNormalization, Atomi
             gamma=gamma,
             step_timeout=self.step_timeout,
         )
+
+    # --- the supervision loop ----------------------------------------------------------------------------------
+
+    def _supervise(
+        self, runtime: Runtime, callback: BaseCallback, total_timesteps: int, log_interval: int, latest_obs: Any
+    ) -> None:
+        """Turn the workers' progress into SB3's ``learn()`` loop: one ``on_step()`` per ``n_envs`` global steps while
+        ``num_timesteps < total_timesteps`` (SB3's loop condition, so a progress bar ends at ``total_timesteps``). Steps
+        the workers take after that (the end of their last segment) are counted once they have finished.
+
+        When a callback stops training, the workers are asked to stop and their last messages are still received
+        (every message exactly once): the learner no longer updates, but its replay gets every transition sent and
+        the rollout statistics every episode finished."""
+        n_envs = self.n_envs
+        start = self.num_timesteps
+        # Episodes the workers reported, per env, oldest first: each callback step shows at most one per env (SB3's
+        # `dones` are per env), so a backlog drains in O(n_envs) per step, however far the main process lags behind.
+        pending: list[deque[dict[str, Any]]] = [deque() for _ in range(n_envs)]
+        waiting: set[int] = set()
+        iteration_steps = self._iteration_steps()
+        next_log = start + iteration_steps * log_interval
+        self._train_stats = {}
+        counters = self._async_counters()
+        self._async_metrics = None if counters is None else AsyncMetrics(start, counters)
+        stopping, stop_deadline = False, math.inf
+        while True:
+            try:
+                wait = 0.02 if stopping else self._train_between_polls()
+                messages = runtime.poll(timeout=wait)
+            except WorkerError as error:
+                self._on_worker_error(runtime, error)
+                messages = []
+            for rank, kind, data in messages:
+                if kind == "stats":
+                    for env_index, entry in data["episodes"]:
+                        pending[env_index].append(entry)
+                        waiting.add(env_index)
+                    if data["train"]:
+                        self._train_stats[rank] = data["train"]
+                    if self._async_metrics is not None:
+                        if "lags" in data:
+                            self._async_metrics.add_lags(data["lags"])
+                        if "worker" in data:
+                            self._async_metrics.add_worker(rank, data["worker"])
+                else:
+                    self._on_message(rank, kind, data)
+            target = start + runtime.steps()
+            finished = not runtime.running()
+            if stopping:
+                if finished or time.monotonic() > stop_deadline:  # past the deadline, close() ends them
+                    break
+                continue
+            new_obs = read_obs(latest_obs) if self._callback_step_due(target, finished, total_timesteps) else None
+            keep_going = True
+            while keep_going and self._callback_step_due(target, finished, total_timesteps):
+                self.num_timesteps = min(self.num_timesteps + n_envs, target) if finished else self.num_timesteps + n_envs
+                dones = np.zeros(n_envs, dtype=bool)
+                infos: list[dict[str, Any]] = [{} for _ in range(n_envs)]
+                for env_index in list(waiting):
+                    dones[env_index] = True
+                    infos[env_index] = pending[env_index].popleft()
+                    if not pending[env_index]:
+                        waiting.discard(env_index)
+                self._update_info_buffer(infos, dones)
+                self._episode_num += int(dones.sum())
+                callback.update_locals(dict(dones=dones, infos=infos, new_obs=new_obs, rewards=None))
+                keep_going = callback.on_step()
+                if self.num_timesteps >= next_log:
+                    next_log += iteration_steps * log_interval
+                    self.dump_logs()
+            self._current_progress_remaining = max(0.0, 1.0 - self.num_timesteps / total_timesteps)
+            if not keep_going:
+                runtime.request_stop()
+                stopping, stop_deadline = True, time.monotonic() + _STOP_SECONDS
+                continue
+            if finished:
+                break
+        # Episodes that ended in the workers' last segments (after the last callback) still count in the rollout
+        # statistics, and their steps in num_timesteps; _episode_num stays the count the callbacks saw.
+        self._update_info_buffer([entry for queue in pending for entry in queue])
+        self.num_timesteps = max(self.num_timesteps, start + runtime.steps())
+
+    def _callback_step_due(self, target: int, finished: bool, total_timesteps: int) -> bool:
+        """Whether the workers' ``target`` global steps owe the callbacks another ``on_step()``."""
+        if self.num_timesteps >= total_timesteps:
+            return False
+        return target >= self.num_timesteps + self.n_envs or (finished and target > self.num_timesteps)
+
+    def _iteration_steps(self) -> int:
+        """Global steps of one SB3 iteration (``n_steps * n_envs``): ``log_interval`` counts these."""
+        return self.n_envs * int(getattr(self, "n_steps", 1))
+
+    # --- hooks of the algorithms --------------------------------------------------------------------------------
+
+    def _train_between_polls(self) -> float:
+        """Work of a learner in the main process (Ape-X), between two polls; returns how long the next poll may wait."""
+        return 0.02
+
+    def _on_worker_error(self, runtime: Runtime, error: WorkerError) -> None:
+        """A worker died: raise (A3C, the async Q family), or restart it with ``runtime.restart`` (Ape-X's actors)."""
+        raise error
+
+    def _on_message(self, rank: int, kind: str, data: Any) -> None:
+        raise RuntimeError(f"Unexpected message {kind!r} from worker {rank}")
+
+    def _log_extra(self) -> None:
+        """Record algorithm-specific values before a log dump."""
+        if self.epsilon_greedy:
+            self.logger.record("rollout/exploration_rate", self.exploration_rate)  # type: ignore[attr-defined]
+
+    def _async_counters(self) -> dict[str, float] | None:
+        """The cumulative counters of :mod:`sb3_async.common.async_metrics` (``updates``, and ``replayed`` and
+        ``learner_busy`` where there is a learner); None (default): the algorithm logs no ``async/`` keys."""
+        return None
+
+    def _sample_ages(self) -> tuple[float, int] | None:
+        """Mean and max age of the transitions sampled since the last log (None: no replay, or no batch)."""
+        return None
+
+    # --- statistics and logs ------------------------------------------------------------------------------------
+
+    def dump_logs(self) -> None:
+        """Write the log (SB3's ``dump_logs()``, which ``LogEveryNTimesteps`` calls): rollout statistics, fps since
+        the start of this ``learn()`` call, the workers' latest training metrics and the ``async/`` metrics since the
+        last log."""
+        elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
+        fps = int((self.num_timesteps - self._num_timesteps_at_start) / elapsed)
+        assert self.ep_info_buffer is not None
+        if len(self.ep_info_buffer) > 0:
+            self.logger.record("rollout/ep_rew_mean", safe_mean([ep["r"] for ep in self.ep_info_buffer]))
+            self.logger.record("rollout/ep_len_mean", safe_mean([ep["l"] for ep in self.ep_info_buffer]))
+            record_seat_statistics(self.logger, self.ep_info_buffer)
+        if self.ep_success_buffer:
+            self.logger.record("rollout/success_rate", safe_mean(self.ep_success_buffer))
+        self.logger.record("time/fps", fps)
+        self.logger.record("time/time_elapsed", int(elapsed), exclude="tensorboard")
+        self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
+        self.logger.record("train/learning_rate", self.lr_schedule(self._current_progress_remaining))
+        keys = sorted({key for stats in self._train_stats.values() for key in stats})
+        for key in keys:
+            values = [stats[key] for stats in self._train_stats.values() if key in stats]
+            self.logger.record(f"train/{key}", float(np.mean(values)))
+        if self._async_metrics is not None:
+            self._async_metrics.record(self.logger, self.num_timesteps, self._async_counters() or {}, self._sample_ages())
+        self._log_extra()
+        self.logger.dump(step=self.num_timesteps)
+
+    def _update_info_buffer(self, infos: list[dict[str, Any]], dones: np.ndarray | None = None) -> None:
+        assert self.ep_info_buffer is not None and self.ep_success_buffer is not None
+        for info in infos:
+            if "episode" in info:
+                game = info.get("game")  # a turn-based game's episode: its seat and result go with it
+                episode = (
+                    info["episode"] if game is None else {**info["episode"], "seat": game["seat"], "result": game["result"]}
+                )
+                self.ep_info_buffer.append(episode)
+            if "is_success" in info:
+                self.ep_success_buffer.append(info["is_success"])

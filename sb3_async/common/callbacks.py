@@ -16,7 +16,7 @@ one evaluated. The wrapping is removed when ``learn()`` ends.
 
 An algorithm opts out with ``pause_for_eval=False``: evaluations then run while the workers train.
 
-``learn(progress_bar=True)`` shows :class:`LiveProgressBar` (:class:`LiveProgress`): SB3's bar, with the env steps
+``learn(progress_bar=True)`` shows :class:`LiveProgressBar` (:func:`with_live_progress_bar`): SB3's bar, with the env steps
 per second and the latest mean episode return beside it.
 """
 
@@ -161,14 +161,11 @@ class LiveProgressBar(ProgressBarCallback):
         return True
 
 
-class LiveProgress:
-    """Mixin of an algorithm whose ``learn(progress_bar=True)`` shows :class:`LiveProgressBar` in place of SB3's bar."""
-
-    def _init_callback(self, callback: Any, progress_bar: bool = False) -> BaseCallback:
-        if progress_bar:
-            if isinstance(callback, list):
-                callback = CallbackList(callback)
-            if not isinstance(callback, BaseCallback):
-                callback = ConvertCallback(callback)
-            callback = CallbackList([callback, LiveProgressBar()])
-        return super()._init_callback(callback, progress_bar=False)  # type: ignore[misc]
+def with_live_progress_bar(callback: Any) -> BaseCallback:
+    """``callback`` (None, a function, a callback or a list of them) followed by a :class:`LiveProgressBar`: what
+    ``learn(progress_bar=True)`` runs in place of SB3's bar."""
+    if isinstance(callback, list):
+        callback = CallbackList(callback)
+    if not isinstance(callback, BaseCallback):
+        callback = ConvertCallback(callback)
+    return CallbackList([callback, LiveProgressBar()])

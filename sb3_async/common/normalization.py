@@ -235,3 +235,27 @@ def load_statistics_state(venv: VecNormalize, state: dict[str, Any]) -> None:
     venv.ret_rms = copy.deepcopy(state["ret_rms"])
     if "obs_rms" in state and hasattr(venv, "obs_rms"):
         venv.obs_rms = copy.deepcopy(state["obs_rms"])
+
+
+def main_vec_normalizes(env: VecEnv | None, vec_normalize_env: VecNormalize | None) -> list[VecNormalize]:
+    """The main process' ``VecNormalize`` objects: those in the training env's wrapper stack and the model's
+    ``get_vec_normalize_env()``, each once."""
+    found = [*vec_normalizes(env), *([vec_normalize_env] if vec_normalize_env is not None else [])]
+    return list({id(venv): venv for venv in found}.values())
+
+
+def share_with_main(venv: VecNormalize, main: list[VecNormalize], n_writers: int) -> dict[str, Any]:
+    """Shared statistics from ``venv``'s, with one slot per worker (rank ``i`` writes slot ``i + 1``), that every
+    ``VecNormalize`` of ``main`` reads live (during ``learn()``)."""
+    shared = share_statistics(venv, n_writers)
+    for main_venv in main:
+        attach_statistics(main_venv, shared, slot=None)
+    return shared
+
+
+def freeze_main(venv: VecNormalize, main: list[VecNormalize]) -> None:
+    """Replace the live views of every ``VecNormalize`` of ``main`` by plain snapshots of ``venv``'s statistics
+    (after ``learn()``)."""
+    state = statistics_state(venv)
+    for main_venv in main:
+        load_statistics_state(main_venv, state)

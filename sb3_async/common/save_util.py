@@ -21,8 +21,8 @@ import sys
 import warnings
 import zipfile
 import zlib
-from collections.abc import Iterator
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.save_util import save_to_pkl
@@ -179,77 +179,31 @@ def replay_file_errors(path: Any) -> Iterator[None]:
         ) from error
 
 
-SelfAtomicSaves = TypeVar("SelfAtomicSaves", bound="AtomicSaves")
+def load_checked(cls: Any, sb3_load: Callable[..., Any], path: Any, **kwargs: Any) -> Any:
+    """``sb3_load(path, **kwargs)`` (SB3's ``load()``), after checking that ``path`` is a complete model zip saved by
+    ``cls`` (another algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file), with the
+    module names of :data:`RENAMED_MODULES` importable while it unpickles. The keyword arguments of ``cls``'s own that
+    SB3's ``load()`` does not know (its ``_pop_load_options``, when it has one) are applied to the loaded model (its
+    ``_apply_load_options``)."""
+    if cls.saved_class_marker is not None:
+        check_saved_class(path, cls, marker=cls.saved_class_marker)
+    pop_options = getattr(cls, "_pop_load_options", None)
+    options = pop_options(kwargs) if pop_options is not None else {}
+    with renamed_modules():
+        model = sb3_load(path, **kwargs)
+    if options:
+        model._apply_load_options(options)
+    return model
 
 
-class AtomicSaves(BaseAlgorithm):
-    """``save()`` through :func:`atomic_write`, with the model's class name in the file, and a ``load()`` that refuses
-    another algorithm's file (:func:`check_saved_class`); a mixin placed before the SB3 class."""
-
-    #: An attribute only this algorithm family saves: how :func:`check_saved_class` knows files saved before the class
-    #: name was (None: no check)
-    saved_class_marker: ClassVar[str | None] = None
-
-    def save(self, path: PathLike | io.BufferedIOBase, exclude: Any = None, include: Any = None) -> None:
-        """Save the model to a zip file (SB3's ``save``); a path is replaced only once the new file is complete.
-
-        :param path: the file (``.zip`` added when the name has no suffix), or an open binary file
-        :param exclude: attributes not to save, in addition to the default ones
-        :param include: attributes to save that would otherwise be excluded
-        """
-        mark_saved_class(self)
-        with atomic_write(path, "zip") as file:
-            super().save(file, exclude, include)
-
-    @classmethod
-    def load(  # type: ignore[override]
-        cls: type[SelfAtomicSaves],
-        path: Any,
-        env: Any = None,
-        device: Any = "auto",
-        custom_objects: dict[str, Any] | None = None,
-        print_system_info: bool = False,
-        force_reset: bool = True,
-        **kwargs: Any,
-    ) -> SelfAtomicSaves:
-        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by this algorithm (another
-        algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file). As with SB3, a model
-        file holds pickled objects (the env recipe, schedules), and loading it runs the code they name: load only
-        files you trust. Arguments of the
-        algorithm's own that SB3's ``load()`` does not know (:meth:`_pop_load_options`) are applied to the loaded model
-        (:meth:`_apply_load_options`)."""
-        if cls.saved_class_marker is not None:
-            check_saved_class(path, cls, marker=cls.saved_class_marker)
-        options = cls._pop_load_options(kwargs)
-        with renamed_modules():
-            model = super().load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
-        if options:
-            model._apply_load_options(options)
-        return model
-
-    @classmethod
-    def _pop_load_options(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """Take out of ``load()``'s keyword arguments those that the algorithm applies itself (none here)."""
-        return {}
-
-    def _apply_load_options(self, options: dict[str, Any]) -> None:
-        """Apply what :meth:`_pop_load_options` took out, to the model just loaded."""
-
-
-class AtomicReplaySaves(AtomicSaves):
-    """``save()`` and ``save_replay_buffer()`` through :func:`atomic_write`, for the algorithms with a replay."""
-
-    def save_replay_buffer(self, path: PathLike | io.BufferedIOBase) -> None:
-        """Save the replay buffer as a pickle file (SB3's ``save_replay_buffer``); a path is replaced only once the
-        new file is complete.
-
-        :param path: the file (``.pkl`` added when the name has no suffix), or an open binary file
-        """
-        replay_buffer = getattr(self, "replay_buffer", None)
-        if replay_buffer is None:
-            raise ValueError(f"{type(self).__name__} has no replay buffer to save yet (it is created by learn())")
-        with atomic_write(path, "pkl") as file:
-            save_to_pkl(file, replay_buffer, self.verbose)
+def save_replay_atomically(model: BaseAlgorithm, path: PathLike | io.BufferedIOBase) -> None:
+    """``model.save_replay_buffer(path)`` through :func:`atomic_write`: SB3's pickle file, a path replaced only once
+    the new file is complete (``.pkl`` added when the name has no suffix)."""
+    replay_buffer = getattr(model, "replay_buffer", None)
+    if replay_buffer is None:
+        raise ValueError(f"{type(model).__name__} has no replay buffer to save yet (it is created by learn())")
+    with atomic_write(path, "pkl") as file:
+        save_to_pkl(file, replay_buffer, model.verbose)
 
 
 #: Modules that files saved by earlier versions name (in pickled attributes) -> where that code lives now.

@@ -367,11 +367,11 @@ def _fuse_frame_stack(venv: VecEnv, cls: type, kwargs: dict[str, Any], last: boo
 _VIEW_CLASSES: dict[type, type] = {}
 
 
-class WorkerEnvsView(VecEnv):
+class TemplateVecEnv(VecEnv):
     """What the main process sees of the workers' envs: a copy of the template ``VecEnv`` (the type the workers step,
     e.g. ``DummyVecEnv`` or ``VecFrameStack``) whose ``num_envs`` is the workers' total.
 
-    ``WorkerEnvsView(template, num_envs)`` is an instance of a subclass of both this class and ``type(template)``, so
+    ``TemplateVecEnv(template, num_envs)`` is an instance of a subclass of both this class and ``type(template)``, so
     ``isinstance`` checks see the same type as with A2C (``EvalCallback`` compares the training and eval env types, and
     ``sync_envs_normalization`` walks their wrappers side by side). Callbacks read ``num_envs`` (progress bar,
     ``StopTrainingOnMaxEpisodes``), attributes and renders: those come from the template, each env index mapped to it
@@ -381,12 +381,12 @@ class WorkerEnvsView(VecEnv):
 
     template: VecEnv
 
-    def __new__(cls, template: VecEnv, num_envs: int) -> WorkerEnvsView:
-        if cls is WorkerEnvsView:
+    def __new__(cls, template: VecEnv, num_envs: int) -> TemplateVecEnv:
+        if cls is TemplateVecEnv:
             base = type(template)
             if base not in _VIEW_CLASSES:
                 _VIEW_CLASSES[base] = type(
-                    f"WorkerEnvsView[{base.__name__}]", (WorkerEnvsView, base), {"__module__": __name__}
+                    f"TemplateVecEnv[{base.__name__}]", (TemplateVecEnv, base), {"__module__": __name__}
                 )
             cls = _VIEW_CLASSES[base]
         return object.__new__(cls)

@@ -26,8 +26,10 @@ from sb3_async import (
     RandomWalkActionNoise,
     WorkerError,
 )
-from sb3_async.ae_ddpg.ae_ddpg import EpisodeCaches, ddpg_targets, rho_for_n_envs, weighted_critic_loss
-from sb3_async.common.dpg import clipped_double_q
+from sb3_async.ae_ddpg.arguments import rho_for_n_envs
+from sb3_async.ae_ddpg.collector import EpisodeCaches
+from sb3_async.common.dpg_update import clipped_double_q
+from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.env_pool import EnvError
 
 # The learner with one torch thread, as the benchmark runs it: on 2 cores its intra-op threads would otherwise spin on
@@ -84,13 +86,14 @@ def test_rho_grows_with_n_envs_over_the_papers_range() -> None:
         rho_for_n_envs(0)
 
 
-def test_ddpg_targets_eq_3_by_hand() -> None:
+def test_the_critic_target_is_eq_3_by_hand() -> None:
+    """``dpg_update``'s target (the one ``train()`` uses) is eq. 3, with no bootstrap past a terminal state."""
     rewards = th.tensor([[1.0], [-2.0], [0.5]])
     dones = th.tensor([[0.0], [1.0], [0.0]])
     next_q = th.tensor([[10.0], [10.0], [-4.0]])
     # y = r + gamma (1 - d) Q'(s', mu'(s')), gamma 0.9: 1 + 9 = 10; -2 (terminal); 0.5 - 3.6 = -3.1
     expected = th.tensor([[10.0], [-2.0], [-3.1]])
-    assert th.allclose(ddpg_targets(rewards, dones, next_q, 0.9), expected)
+    assert th.allclose(bootstrapped_targets(rewards, dones, next_q, 0.9), expected)
 
 
 def test_clipped_double_q_takes_the_smaller_target_critic_by_hand() -> None:
@@ -99,13 +102,14 @@ def test_clipped_double_q_takes_the_smaller_target_critic_by_hand() -> None:
     assert clipped_double_q([q1]) is q1  # one critic: DDPG's target
 
 
-def test_weighted_critic_loss_by_hand_and_unweighted_is_td3s_mse() -> None:
+def test_the_weighted_critic_loss_by_hand_and_unweighted_is_td3s_mse() -> None:
+    """``dpg_update``'s critic loss with AE-DDPG's scale (1, eq. 2) and prioritized replay's weights."""
     q = th.tensor([[1.0], [2.0]])
     y = th.tensor([[3.0], [0.0]])
     w = th.tensor([[0.5], [1.0]])
     # (0.5 * 2^2 + 1 * 2^2) / 2 = 3
-    assert weighted_critic_loss(q, y, w).item() == pytest.approx(3.0)
-    assert weighted_critic_loss(q, y, th.ones_like(w)).item() == pytest.approx(F.mse_loss(q, y).item())
+    assert weighted_squared_loss(y - q, w, scale=1.0).item() == pytest.approx(3.0)
+    assert weighted_squared_loss(y - q, th.ones_like(w), scale=1.0).item() == pytest.approx(F.mse_loss(q, y).item())
 
 
 def test_episode_caches_keep_each_envs_rows_in_order_and_forget_overwritten_ones() -> None:

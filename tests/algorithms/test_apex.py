@@ -14,19 +14,18 @@ from stable_baselines3.td3.policies import TD3Policy
 
 from sb3_async import ApeXDPG, ApeXDQN, WorkerError
 from sb3_async.apex.actor import published_parameters
-from sb3_async.apex.dqn import DQNActorModel
+from sb3_async.apex.dqn import DQNActing
 from sb3_async.apex.policies import DuelingQNetwork
-from sb3_async.apex.returns import (
+from sb3_async.apex.transitions import (
     NStepBuilder,
     NStepTransitions,
     apex_epsilons,
-    bootstrapped_targets,
     discounted_return,
     double_q_values,
     stack_transitions,
-    weighted_squared_loss,
 )
-from sb3_async.common.dpg import dpg_update
+from sb3_async.common.dpg_update import dpg_update
+from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from tests.helpers import FAST_DPG, FAST_DQN, FailingEnv, learns_and_returns_the_evaluated_model, zoo_model
 
 # --- pure functions ------------------------------------------------------------------------------------------------
@@ -51,7 +50,7 @@ def test_each_env_copy_has_its_own_epsilon():
     assert model.exploration_rate == pytest.approx(np.mean(apex_epsilons(4)))
     cfg = specs[0].payload
     cfg.exploration = np.array([0.0, 1.0])  # env 0 greedy, env 1 uniformly random
-    actor = DQNActorModel(model.policy, cfg, np.random.default_rng(0))
+    actor = DQNActing(model.policy, cfg, np.random.default_rng(0))
     obs = np.zeros((2, 4), dtype=np.float32)
     greedy = int(model.policy.q_net(torch.as_tensor(obs[:1])).argmax())
     actions = np.array([actor.act(obs)[0] for _ in range(200)])
@@ -126,7 +125,7 @@ def test_actor_priorities_are_the_n_step_double_q_errors():
         for param in model.policy.q_net_target.parameters():
             param.add_(torch.randn_like(param) * 0.5)
     cfg = model._worker_specs()[0].payload
-    actor = DQNActorModel(model.policy, cfg, np.random.default_rng(0))
+    actor = DQNActing(model.policy, cfg, np.random.default_rng(0))
     rng = np.random.default_rng(1)
     block = NStepTransitions(
         obs=rng.normal(size=(4, 4)).astype(np.float32),
@@ -172,7 +171,7 @@ def test_learner_updates_priorities_and_publishes():
     leaves_before = buffer.tree.leaves(np.arange(200)).copy()
     np.testing.assert_allclose(leaves_before, (1 + buffer.eps) ** buffer.alpha)
     published_before = [p.clone() for p in model._published]
-    model._learner_step()  # without replay_ratio: batches for ~20 ms, at least one
+    model._train_between_polls()  # without replay_ratio: batches for ~20 ms, at least one
     assert model._n_updates >= 1 and model._flow["replayed"] == 16 * model._n_updates
     leaves_after = buffer.tree.leaves(np.arange(200))
     assert np.sum(leaves_after != leaves_before) > 0  # sampled transitions got their |δ| + eps
@@ -186,13 +185,13 @@ def test_target_network_copied_every_interval():
     model = ApeXDQN("MlpPolicy", "CartPole-v1", n_actors=1, learning_starts=10, batch_size=8, target_update_interval=5)
     _feed(model, n_blocks=1)
     for _ in range(4):
-        model._learner_batch()
+        model.learner_step()
     online, target = model.policy.q_net.state_dict(), model.policy.q_net_target.state_dict()
     assert any(not torch.equal(online[k], target[k]) for k in online)
-    model._learner_batch()
+    model.learner_step()
     online, target = model.policy.q_net.state_dict(), model.policy.q_net_target.state_dict()
     assert all(torch.equal(online[k], target[k]) for k in online)
-    model._learner_batch()
+    model.learner_step()
     assert any(not torch.equal(online[k], target[k]) for k in online)
 
 
@@ -243,7 +242,7 @@ def test_shared_dpg_update_by_hand():
     assert uniform.critic_loss == pytest.approx((1 + 9) / 2) and uniform.priorities is None
 
 
-def test_dpg_learner_batch_updates_critic_and_clips_the_actor_gradient():
+def test_dpg_learner_step_updates_critic_and_clips_the_actor_gradient():
     model = ApeXDPG(
         "MlpPolicy",
         "Pendulum-v1",
@@ -265,12 +264,12 @@ def test_dpg_learner_batch_updates_critic_and_clips_the_actor_gradient():
     )
     model._on_message(0, "transitions", (block, np.ones(50), 0))
     actor_before = [p.detach().clone() for p in model.policy.actor.parameters()]
-    model._learner_batch()
+    model.learner_step()
     for before, after in zip(actor_before, model.policy.actor.parameters()):
         grad = after.grad
         assert grad is not None and grad.abs().max() <= 1e-3 + 1e-9  # element-wise clipping (paper appendix)
         assert not torch.equal(before, after.detach())
-    model._learner_batch()  # second batch: targets copied
+    model.learner_step()  # second batch: targets copied
     for a, b in zip(model.policy.critic.parameters(), model.policy.critic_target.parameters()):
         assert torch.equal(a, b)
 
@@ -309,18 +308,18 @@ def test_replay_ratio_holds_blocks_back():
     # the first block fills learning_starts; the second is inserted (0 replayed >= 1·0), the third waits for 50 replayed
     assert model.replay_buffer.size() == 100 and len(model._held) == 1 and int(model._inserted[0]) == 2
     for _ in range(4):
-        model._learner_batch()
+        model.learner_step()
     model._insert_ready()
     assert len(model._held) == 1  # 40 replayed < 1·50 inserted since learning started
-    model._learner_batch()
+    model.learner_step()
     model._insert_ready()
     assert model.replay_buffer.size() == 150 and not model._held and int(model._inserted[0]) == 3
     # ahead of the actors (50 replayed, 100 inserted after the start): batches until 100, then it waits for data
-    model._learner_step()
+    model._train_between_polls()
     assert model._flow["replayed"] <= 100
     updates = model._n_updates
     model._flow["replayed"] = 100
-    model._learner_step()
+    model._train_between_polls()
     assert model._n_updates == updates
 
 

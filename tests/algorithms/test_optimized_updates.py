@@ -11,7 +11,7 @@ from stable_baselines3.common.logger import configure
 
 from sb3_async import AEDDPG, ApeXDPG, ApeXDQN
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
-from sb3_async.common.dpg import dpg_update
+from sb3_async.common.dpg_update import dpg_update
 
 TOLERANCE = 1e-5
 UPDATES = 5

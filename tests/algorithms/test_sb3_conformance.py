@@ -127,7 +127,7 @@ def test_log_every_n_timesteps_dumps_logs(model_class, tmp_path):
 
 def test_eval_callback_sees_the_same_env_type_as_with_a2c(tmp_path):
     """Audit: EvalCallback warns when the training and eval env types differ; with our training env it must not
-    (it did: "WorkerEnvsView != DummyVecEnv"). Checked for a plain env and for a VecFrameStack stack."""
+    (it did: "TemplateVecEnv != DummyVecEnv"). Checked for a plain env and for a VecFrameStack stack."""
 
     def stacked_images():  # channel-first images: SB3 adds no VecTransposeImage (it would warn for A2C too)
         env = lambda: FakeImageEnv(screen_height=84, screen_width=84, n_channels=1, discrete=True, channel_first=True)  # noqa: E731

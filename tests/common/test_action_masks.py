@@ -18,7 +18,7 @@ from sb3_contrib.common.maskable.evaluation import evaluate_policy
 from sb3_contrib.common.wrappers import ActionMasker
 
 import sb3_async
-from sb3_async.apex.returns import double_q_values
+from sb3_async.apex.transitions import double_q_values
 from sb3_async.common.buffers.masked import MaskedPrioritizedReplayBuffer
 from sb3_async.common.masks import check_action_masks, legal_uniform, masked_argmax, masked_epsilon_greedy
 from sb3_async.common.returns import nstep_q_targets, one_step_q_targets

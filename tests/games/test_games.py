@@ -302,7 +302,7 @@ def test_the_games_callback_and_learn_log_rates_per_seat(tmp_path: Any) -> None:
 
 
 def test_seat_statistics_are_the_rates_of_each_seats_episodes() -> None:
-    from sb3_async.common.supervision import record_seat_statistics
+    from sb3_async.common.async_algorithm import record_seat_statistics
 
     class Recorder:
         def __init__(self) -> None:

@@ -384,9 +384,9 @@ def test_a3c_learns_cartpole_on_two_nodes(cluster, one_torch_thread, tmp_path):
 
 
 @pytest.mark.ray
-@pytest.mark.slow  # 38-57 s; the default run keeps Ape-X's learning check (tests/algorithms/test_apex.py) and A3C's on the cluster
+@pytest.mark.slow  # 38-57 s; the default run keeps Ape-X's learning check (algorithms/test_apex.py) and A3C's on the cluster
 def test_apex_dqn_learns_cartpole_on_two_nodes(cluster, one_torch_thread, tmp_path):
-    """The zoo configuration of tests/algorithms/test_apex.py on the cluster, as 2 actors of one env each (one per node): the model
+    """The zoo configuration of algorithms/test_apex.py on the cluster, as 2 actors of one env each (one per node): the model
     learn() returns is the one evaluated >= 475 (38-53 s in 4 runs on an idle machine)."""
     model = zoo_model("apex_dqn", "CartPole-v1", tmp_path, seed=0, n_actors=2, n_envs_per_actor=1)
     model.backend = "ray"

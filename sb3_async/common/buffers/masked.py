@@ -1,6 +1,6 @@
 """A prioritized replay that keeps, with each transition, the action mask of its next state (sb3-contrib's
 ``action_masks()``): Ape-X DQN's learner then takes its double-Q argmax over the next state's legal actions only
-(:func:`~sb3_async.apex.returns.double_q_values`), as sb3-contrib's ``MaskableRolloutBuffer`` keeps the masks of
+(:func:`~sb3_async.apex.transitions.double_q_values`), as sb3-contrib's ``MaskableRolloutBuffer`` keeps the masks of
 ``MaskablePPO``'s rollouts."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The models of tests/algorithms/test_saved_models.py, saved by the installed sb3-async: ``python make.py OUT_DIR`` (OUT_DIR: the
-release's folder here, e.g. ``0.2.0``)."""
+"""The models of tests/algorithms/test_saved_models.py, saved by the installed sb3-async: ``python make.py OUT_DIR``
+(OUT_DIR: the release's folder here, e.g. ``0.2.0``)."""
 
 import sys
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""Ape-X targets, priorities and exploration as pure functions (Horgan et al. 2018, https://arxiv.org/abs/1803.00933).
+"""Ape-X's n-step transitions, priorities and actors' ε_i as pure functions (Horgan et al. 2018,
+https://arxiv.org/abs/1803.00933); the target and loss they feed are :mod:`sb3_async.common.returns`'.
 
 Tested against hand-computed values from the paper's equations. Transitions are n-step: ``(s_t, a_t, G_t, d_t,
 s_{t+n})`` with ``G_t = Σ_{k<n} γ^k r_{t+k}`` truncated at the end of an episode (Ape-X §3.1, "multi-step returns are
@@ -16,10 +17,7 @@ import numpy as np
 import torch
 
 from sb3_async.common.masks import masked_values
-from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.validation import check_int
-
-__all__ = ["bootstrapped_targets", "weighted_squared_loss"]  # the replay learners' target and loss, written once
 
 
 def apex_epsilons(n_actors: int, base: float = 0.4, alpha: float = 7.0) -> np.ndarray:
