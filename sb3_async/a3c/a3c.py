@@ -25,7 +25,7 @@ from sb3_async.common.gradient_sharing import (
     stack_steps,
     tensor_obs,
 )
-from sb3_async.common.masks import mask_policy, masked_policy, predict_masks
+from sb3_async.common.masks import mask_policy
 from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, SoftplusGaussianPolicy
 from sb3_async.common.returns import gae_advantages, nstep_returns
 from sb3_async.common.torch_utils import has_categorical_head, sample_actions, to_tensor
@@ -367,22 +367,6 @@ class A3C(AsyncAlgorithm):
 
     def _async_counters(self) -> dict[str, float] | None:
         return self.gradient_sharing.counters()
-
-    def predict(  # type: ignore[override]
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-        action_masks: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        """SB3's ``predict``; with ``action_masks`` (sb3-contrib's ``MaskablePPO.predict`` convention: bools of shape
-        ``(n_actions,)`` for every observation, or ``(n_envs, n_actions)``), the actions come from the masked
-        categorical: never an illegal one, sampled or deterministic."""
-        if action_masks is None:
-            return super().predict(observation, state, episode_start, deterministic)
-        with masked_policy(self.policy, predict_masks(action_masks, self.action_space)):
-            return super().predict(observation, state, episode_start, deterministic)
 
     @staticmethod
     def loss(

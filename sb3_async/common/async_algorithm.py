@@ -43,7 +43,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_no
 from sb3_async.common.async_metrics import AsyncMetrics
 from sb3_async.common.callbacks import frozen_evaluations, show_final_timesteps, with_live_progress_bar
 from sb3_async.common.epsilon_greedy import epsilon_greedy_predict
-from sb3_async.common.masks import check_masked_action_space
+from sb3_async.common.masks import check_masked_action_space, masked_policy, predict_masks
 from sb3_async.common.normalization import (
     freeze_main,
     load_statistics_state,
@@ -426,17 +426,20 @@ class AsyncAlgorithm(BaseAlgorithm):
         action_masks: np.ndarray | None = None,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         """SB3's ``predict()``; for the value-based algorithms (:attr:`epsilon_greedy`), SB3's ``DQN.predict``:
-        greedy actions, each replaced by a random one with probability ``exploration_rate`` unless ``deterministic``,
-        and ``action_masks`` (sb3-contrib's convention) restricting both to the legal actions
-        (:func:`~sb3_async.common.epsilon_greedy.epsilon_greedy_predict`)."""
+        greedy actions, each replaced by a random one with probability ``exploration_rate`` unless ``deterministic``
+        (:func:`~sb3_async.common.epsilon_greedy.epsilon_greedy_predict`). ``action_masks`` (sb3-contrib's
+        ``MaskablePPO.predict`` convention: bools of shape ``(n_actions,)`` for every observation, or
+        ``(n_envs, n_actions)``) restrict the actions to the legal ones: the greedy and the random actions of the
+        value-based algorithms, the masked categorical of an actor-critic policy (sampled or deterministic)."""
         if self.epsilon_greedy:
             epsilon = self.exploration_rate  # type: ignore[attr-defined]
             return epsilon_greedy_predict(
                 self.policy, self.action_space, epsilon, observation, state, episode_start, deterministic, action_masks
             )
-        if action_masks is not None:
-            raise TypeError(f"{type(self).__name__}.predict() takes no action_masks: its actions are not discrete")
-        return super().predict(observation, state, episode_start, deterministic)
+        if action_masks is None:
+            return super().predict(observation, state, episode_start, deterministic)
+        with masked_policy(self.policy, predict_masks(action_masks, self.action_space)):
+            return super().predict(observation, state, episode_start, deterministic)
 
     def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
         # progress_bar=True: the live bar (env steps per second, mean episode return) in place of SB3's
