@@ -24,6 +24,7 @@ from sb3_async.common.buffers.masked import MaskedPrioritizedReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
 from sb3_async.common.exploration import epsilon_greedy
 from sb3_async.common.masks import masked_argmax, masked_epsilon_greedy
+from sb3_async.common.policies import with_target_synced
 from sb3_async.common.returns import bootstrapped_targets, weighted_squared_loss
 from sb3_async.common.torch_utils import clip_grad_norm, to_tensor
 from sb3_async.validation import check_float
@@ -237,10 +238,7 @@ class ApeXDQN(ApeXAlgorithm, epsilon_greedy=True):
 
     def _setup_model(self) -> None:
         super()._setup_model()
-        policy = self._make_policy(DQNPolicy)
-        self.policy = policy.to(self.device)
-        self.policy.q_net_target.load_state_dict(self.policy.q_net.state_dict())
-        self.policy.q_net_target.set_training_mode(False)
+        self.policy = with_target_synced(self._make_policy(DQNPolicy).to(self.device))
         self.policy.set_training_mode(False)
         self._q_parameters = list(self.policy.q_net.parameters())  # clipped after each backward pass
 

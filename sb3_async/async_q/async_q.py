@@ -40,7 +40,7 @@ from sb3_async.common.gradient_sharing import (
     tensor_obs,
 )
 from sb3_async.common.masks import masked_argmax, masked_epsilon_greedy, masked_values
-from sb3_async.common.policies import AsyncQCnnPolicy
+from sb3_async.common.policies import AsyncQCnnPolicy, with_target_synced
 from sb3_async.common.returns import nstep_q_targets, one_step_q_targets, sarsa_targets
 from sb3_async.common.torch_utils import to_tensor
 from sb3_async.games import attach_self_play
@@ -265,10 +265,7 @@ class AsyncQLearning(AsyncAlgorithm, epsilon_greedy=True):
 
     def _setup_model(self) -> None:
         super()._setup_model()
-        policy = self._make_policy(DQNPolicy)
-        self.policy = policy.to(torch.device("cpu"))
-        self.policy.q_net_target.load_state_dict(self.policy.q_net.state_dict())  # θ⁻ ← θ
-        self.policy.q_net_target.set_training_mode(False)
+        self.policy = with_target_synced(self._make_policy(DQNPolicy).to(torch.device("cpu")))
         self._create_aliases()
         if "optimizer_name" in self.__dict__:  # loaded from a model saved with these hyperparameters as attributes
             self.gradient_sharing = GradientSharing.from_saved_attributes(self.__dict__)

@@ -13,7 +13,15 @@ from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticP
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.dqn.policies import CnnPolicy as DQNCnnPolicy
+from stable_baselines3.dqn.policies import DQNPolicy
 from torch import nn
+
+
+def with_target_synced(policy: DQNPolicy) -> DQNPolicy:
+    """``policy`` with its target network θ⁻ a copy of its Q-network θ, in evaluation mode (a new DQN policy's)."""
+    policy.q_net_target.load_state_dict(policy.q_net.state_dict())  # θ⁻ ← θ
+    policy.q_net_target.set_training_mode(False)
+    return policy
 
 
 def check_image_observations(policy: str, observation_space: spaces.Space, features_extractor_class: type) -> None:
