@@ -22,6 +22,7 @@ from sb3_async.common.gradient_sharing import (
     GradientWorker,
     GradientWorkerConfig,
     Segment,
+    shared_setting,
     stack_steps,
     tensor_obs,
 )
@@ -277,6 +278,10 @@ class A3C(AsyncAlgorithm):
         "MultiInputLstmPolicy": RecurrentMultiInputActorCriticPolicy,
     }
     policy: ActorCriticPolicy
+    optimizer_name = shared_setting("optimizer_name")
+    optimizer_kwargs = shared_setting("optimizer_kwargs")
+    max_grad_norm = shared_setting("max_grad_norm")
+    separate_updates = shared_setting("separate_updates")
 
     def __init__(
         self,

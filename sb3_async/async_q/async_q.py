@@ -36,6 +36,7 @@ from sb3_async.common.gradient_sharing import (
     GradientWorker,
     GradientWorkerConfig,
     Segment,
+    shared_setting,
     stack_steps,
     tensor_obs,
 )
@@ -186,6 +187,10 @@ class AsyncQLearning(AsyncAlgorithm, epsilon_greedy=True):
         "MultiInputPolicy": MultiInputPolicy,
     }
     policy: DQNPolicy
+    optimizer_name = shared_setting("optimizer_name")
+    optimizer_kwargs = shared_setting("optimizer_kwargs")
+    max_grad_norm = shared_setting("max_grad_norm")
+    separate_updates = shared_setting("separate_updates")
     #: Which target the workers compute: one of :data:`TARGETS`.
     target: ClassVar[str]
 

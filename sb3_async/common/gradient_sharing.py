@@ -256,6 +256,12 @@ def tensor_obs(items: list[Any]) -> Any:
     return to_tensor(stack_steps(items))
 
 
+def shared_setting(name: str) -> property:
+    """A read-only model attribute that is its :class:`GradientSharing`'s ``name`` (``model.max_grad_norm`` as in SB3's
+    A2C: the algorithms declare ``optimizer_name``, ``optimizer_kwargs``, ``max_grad_norm``, ``separate_updates``)."""
+    return property(lambda model: getattr(model.gradient_sharing, name), doc=f"``gradient_sharing.{name}``")
+
+
 class GradientSharing:
     """The main-process side of a gradient-sharing algorithm, held by it (``model.gradient_sharing``): the lock-free
     optimizer of supp. §1 over the module the workers train, the tensors the workers share and the count of the
