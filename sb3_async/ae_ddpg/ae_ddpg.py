@@ -295,18 +295,7 @@ class AEDDPG(TD3):
         """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by AEDDPG (another algorithm's
         file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file). As with SB3, a model file holds
         pickled objects, and loading it runs the code they name: load only files you trust."""
-        sb3_load = super().load
-        return load_checked(
-            cls,
-            sb3_load,
-            path,
-            env=env,
-            device=device,
-            custom_objects=custom_objects,
-            print_system_info=print_system_info,
-            force_reset=force_reset,
-            **kwargs,
-        )
+        return load_checked(cls, super().load, path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
 
     def save_replay_buffer(self, path: PathLike | io.BufferedIOBase) -> None:
         """Save the replay buffer as a pickle file (SB3's ``save_replay_buffer``); a path is replaced only once the

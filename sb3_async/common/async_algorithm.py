@@ -380,18 +380,7 @@ class AsyncAlgorithm(BaseAlgorithm):
         file holds pickled objects (the env recipe, schedules), and loading it runs the code they name: load only
         files you trust. The worker counts under the constructor's names are applied to the loaded model
         (:meth:`_pop_load_options`)."""
-        sb3_load = super().load
-        return load_checked(
-            cls,
-            sb3_load,
-            path,
-            env=env,
-            device=device,
-            custom_objects=custom_objects,
-            print_system_info=print_system_info,
-            force_reset=force_reset,
-            **kwargs,
-        )
+        return load_checked(cls, super().load, path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
 
     def get_vec_normalize_env(self) -> VecNormalize | None:
         """The ``VecNormalize`` of the training env (live shared statistics during ``learn()``); for a model loaded

@@ -179,8 +179,8 @@ def replay_file_errors(path: Any) -> Iterator[None]:
         ) from error
 
 
-def load_checked(cls: Any, sb3_load: Callable[..., Any], path: Any, **kwargs: Any) -> Any:
-    """``sb3_load(path, **kwargs)`` (SB3's ``load()``), after checking that ``path`` is a complete model zip saved by
+def load_checked(cls: Any, sb3_load: Callable[..., Any], path: Any, *args: Any, **kwargs: Any) -> Any:
+    """``sb3_load(path, *args, **kwargs)`` (SB3's ``load()``), after checking that ``path`` is a complete model zip saved by
     ``cls`` (another algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file), with the
     module names of :data:`RENAMED_MODULES` importable while it unpickles. The keyword arguments of ``cls``'s own that
     SB3's ``load()`` does not know (its ``_pop_load_options``, when it has one) are applied to the loaded model (its
@@ -190,7 +190,7 @@ def load_checked(cls: Any, sb3_load: Callable[..., Any], path: Any, **kwargs: An
     pop_options = getattr(cls, "_pop_load_options", None)
     options = pop_options(kwargs) if pop_options is not None else {}
     with renamed_modules():
-        model = sb3_load(path, **kwargs)
+        model = sb3_load(path, *args, **kwargs)
     if options:
         model._apply_load_options(options)
     return model
