@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer, one_step_block
+from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
 
 
 class MaskedPrioritizedReplayBuffer(PrioritizedReplayBuffer):
@@ -32,23 +32,6 @@ class MaskedPrioritizedReplayBuffer(PrioritizedReplayBuffer):
         self.n_actions = int(action_space.n)
         #: the legal actions of each transition's next state, ``(buffer_size, n_envs, n_actions)``
         self.next_action_masks = np.ones((self.buffer_size, self.n_envs, self.n_actions), dtype=bool)
-
-    def add(  # type: ignore[override]
-        self,
-        obs: np.ndarray,
-        next_obs: np.ndarray,
-        action: np.ndarray,
-        reward: np.ndarray,
-        done: np.ndarray,
-        infos: list[dict[str, Any]],
-        priorities: np.ndarray | None = None,
-        next_masks: np.ndarray | None = None,
-    ) -> None:
-        """:meth:`PrioritizedReplayBuffer.add`, with the next states' masks ``(n_envs, n_actions)``."""
-        obs, next_obs, action, reward, done, priorities, next_masks = one_step_block(
-            obs, next_obs, action, reward, done, priorities, next_masks
-        )
-        self.extend(obs, next_obs, action, reward, done, [infos], priorities=priorities, next_masks=next_masks)
 
     def extend(  # type: ignore[override]
         self,

@@ -198,16 +198,21 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         done: np.ndarray,
         infos: list[dict[str, Any]],
         priorities: np.ndarray | None = None,
+        **columns: np.ndarray | None,
     ) -> None:
         """
         Store one transition per env, with priority ``priorities + eps`` if given (one per env), else the largest
         priority so far.
 
         :param priorities: initial priorities ``|delta|`` of the ``n_envs`` transitions (e.g. from an Ape-X actor)
+        :param columns: what a subclass's :meth:`extend` stores besides, one row per env (``next_masks`` of
+            :class:`~sb3_async.common.buffers.masked.MaskedPrioritizedReplayBuffer`)
         """
-        if self.share_frames:
-            obs, next_obs, action, reward, done, priorities = one_step_block(obs, next_obs, action, reward, done, priorities)
-            self.extend(obs, next_obs, action, reward, done, [infos], priorities=priorities)
+        if self.share_frames or columns:  # as a block of one step
+            obs, next_obs, action, reward, done, priorities, *extra = one_step_block(
+                obs, next_obs, action, reward, done, priorities, *columns.values()
+            )
+            self.extend(obs, next_obs, action, reward, done, [infos], priorities=priorities, **dict(zip(columns, extra)))
             return
         new = self._initial_priorities(priorities, self.n_envs)
         pos = self.pos
