@@ -20,6 +20,7 @@ share are in :mod:`sb3_async.common.normalization`; what runs in the workers is 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import math
 import os
@@ -27,7 +28,7 @@ import sys
 import time
 from abc import abstractmethod
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -43,6 +44,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_no
 from sb3_async.common.async_metrics import AsyncMetrics
 from sb3_async.common.callbacks import frozen_evaluations, show_final_timesteps, with_live_progress_bar
 from sb3_async.common.epsilon_greedy import epsilon_greedy_predict
+from sb3_async.common.gradient_sharing import GradientSharing
 from sb3_async.common.masks import check_masked_action_space, masked_policy, predict_masks
 from sb3_async.common.normalization import (
     freeze_main,
@@ -68,6 +70,16 @@ PolicyT = TypeVar("PolicyT", bound=BasePolicy)
 #: and more run on a small machine too) and MAX_WORKERS_PER_CPU per CPU; beyond, they only take turns on the cores.
 MAX_WORKERS_PER_CPU = 4
 MIN_WORKER_BOUND = 64
+
+
+def forwarded_arguments(scope: dict[str, Any], *constructors: Callable[..., Any], **overrides: Any) -> dict[str, Any]:
+    """The arguments a subclass's constructor passes on to its base class: each parameter of ``constructors`` (the
+    base class's ``__init__``, and the one its ``**kwargs`` go to) found by name in ``scope`` (the subclass
+    constructor's ``locals()``, with the values it checked or completed), then ``overrides``. A parameter the subclass
+    does not take keeps the base class's default."""
+    names = {name for constructor in constructors for name in inspect.signature(constructor).parameters}
+    names -= {"self", "args", "kwargs"}
+    return {**{name: value for name, value in scope.items() if name in names}, **overrides}
 
 
 def max_local_workers() -> int:
@@ -167,6 +179,9 @@ class AsyncAlgorithm(BaseAlgorithm):
     #: Whether ``predict()`` is ε-greedy on a Q-network with ε the class's ``exploration_rate``, logged as
     #: ``rollout/exploration_rate`` (the value-based algorithms: ``class ApeXDQN(ApeXAlgorithm, epsilon_greedy=True)``)
     epsilon_greedy: ClassVar[bool] = False
+    #: The lock-free optimizer and what the workers share, for the algorithms whose workers apply their gradients to
+    #: shared parameters (A3C, the async Q family); None for Ape-X, whose learner alone updates θ
+    gradient_sharing: GradientSharing | None = None
     #: How the workers rebuild the training env (None: a model without env).
     _env_recipe: EnvRecipe | None
     #: ``VecNormalize`` statistics saved with the model (:func:`~sb3_async.common.normalization.statistics_state`).
@@ -324,6 +339,9 @@ class AsyncAlgorithm(BaseAlgorithm):
         self._runtime = None
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
+        if self.gradient_sharing is not None and "optimizer_name" in self.__dict__:
+            # a model saved when these hyperparameters were the model's own attributes
+            self.gradient_sharing = GradientSharing.from_saved_attributes(self.__dict__)
 
     def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
         recipe = EnvRecipe(env)
@@ -422,9 +440,8 @@ class AsyncAlgorithm(BaseAlgorithm):
         value-based algorithms, the masked categorical of an actor-critic policy (sampled or deterministic)."""
         if self.epsilon_greedy:
             epsilon = self.exploration_rate  # type: ignore[attr-defined]
-            return epsilon_greedy_predict(
-                self.policy, self.action_space, epsilon, observation, state, episode_start, deterministic, action_masks
-            )
+            actions = epsilon_greedy_predict(self.policy, self.action_space, epsilon, observation, deterministic, action_masks)
+            return actions, state
         if action_masks is None:
             return super().predict(observation, state, episode_start, deterministic)
         with masked_policy(self.policy, predict_masks(action_masks, self.action_space)):
@@ -442,9 +459,15 @@ class AsyncAlgorithm(BaseAlgorithm):
     def _worker_specs(self) -> list[WorkerSpec]:
         """The workers to run for one ``learn()`` call (after :meth:`_share_state`)."""
 
-    @abstractmethod
     def _share_state(self) -> None:
-        """Move everything the workers update (parameters, optimizer statistics) to shared memory."""
+        """Move everything the workers update (parameters, optimizer statistics) to shared memory: by default, what
+        :attr:`gradient_sharing` shares."""
+        if self.gradient_sharing is None:
+            raise NotImplementedError(f"{type(self).__name__} shares no gradients: it must say what its workers share")
+        self.gradient_sharing.share(self.policy, self.n_workers)
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        return ["policy", "policy.optimizer"], []
 
     # --- learn --------------------------------------------------------------------------------------------------
 
@@ -664,8 +687,9 @@ class AsyncAlgorithm(BaseAlgorithm):
 
     def _async_counters(self) -> dict[str, float] | None:
         """The cumulative counters of :mod:`sb3_async.common.async_metrics` (``updates``, and ``replayed`` and
-        ``learner_busy`` where there is a learner); None (default): the algorithm logs no ``async/`` keys."""
-        return None
+        ``learner_busy`` where there is a learner); by default those of :attr:`gradient_sharing`, None without one (no
+        ``async/`` keys)."""
+        return None if self.gradient_sharing is None else self.gradient_sharing.counters()
 
     def _sample_ages(self) -> tuple[float, int] | None:
         """Mean and max age of the transitions sampled since the last log (None: no replay, or no batch)."""

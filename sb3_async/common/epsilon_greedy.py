@@ -22,23 +22,22 @@ def epsilon_greedy_predict(
     action_space: spaces.Space,
     epsilon: float,
     observation: np.ndarray | dict[str, np.ndarray],
-    state: tuple[np.ndarray, ...] | None = None,
-    episode_start: np.ndarray | None = None,
     deterministic: bool = False,
     action_masks: np.ndarray | None = None,
-) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-    """SB3's ``DQN.predict`` for a Q-network ``policy``: greedy actions; with ``deterministic=False``, each replaced
-    by a random action with probability ``epsilon``. With ``action_masks`` (sb3-contrib's ``MaskablePPO.predict``
-    convention: bools of shape ``(n_actions,)`` for every observation, or ``(n_envs, n_actions)``), the greedy action
-    is the best legal one and the random one is drawn among the legal ones."""
+) -> np.ndarray:
+    """The actions of SB3's ``DQN.predict`` for a Q-network ``policy`` (which keeps no state): greedy actions; with
+    ``deterministic=False``, each replaced by a random action with probability ``epsilon``. With ``action_masks``
+    (sb3-contrib's ``MaskablePPO.predict`` convention: bools of shape ``(n_actions,)`` for every observation, or
+    ``(n_envs, n_actions)``), the greedy action is the best legal one and the random one is drawn among the legal
+    ones."""
     if action_masks is not None:
         masks = predict_masks(action_masks, action_space)
-        return _masked_epsilon_greedy(policy, epsilon, observation, masks, deterministic), state
-    actions, state = policy.predict(observation, state, episode_start, deterministic=True)
+        return _masked_epsilon_greedy(policy, epsilon, observation, masks, deterministic)
+    actions, _ = policy.predict(observation, deterministic=True)  # a Q-network keeps no state
     if deterministic:
-        return actions, state
+        return actions
     n_actions = int(action_space.n)  # type: ignore[attr-defined]
-    return epsilon_greedy_like(actions, epsilon, n_actions, np.random.default_rng()), state
+    return epsilon_greedy_like(actions, epsilon, n_actions, np.random.default_rng())
 
 
 def _masked_epsilon_greedy(
