@@ -15,7 +15,7 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from torch.nn import functional as F
 
 from sb3_async.a3c.recorded_activations import RecordedActivationsUpdate
-from sb3_async.common.async_algorithm import AsyncAlgorithm
+from sb3_async.common.async_algorithm import AsyncAlgorithm, forwarded_arguments
 from sb3_async.common.gradient_sharing import (
     GRADIENT_SHARING_ENTRIES,
     GradientSharing,
@@ -278,6 +278,7 @@ class A3C(AsyncAlgorithm):
         "MultiInputLstmPolicy": RecurrentMultiInputActorCriticPolicy,
     }
     policy: ActorCriticPolicy
+    gradient_sharing: GradientSharing  # always held (set in __init__)
     optimizer_name = shared_setting("optimizer_name")
     optimizer_kwargs = shared_setting("optimizer_kwargs")
     max_grad_norm = shared_setting("max_grad_norm")
@@ -330,24 +331,12 @@ class A3C(AsyncAlgorithm):
         #: the lock-free optimizer and what the workers share
         self.gradient_sharing = GradientSharing(optimizer, optimizer_kwargs, max_grad_norm, separate_updates)
         super().__init__(
-            policy,
-            env,
-            learning_rate,
-            n_workers=n_workers,
-            n_envs_per_worker=n_envs_per_worker,
-            backend=backend,
-            start_method=start_method,
-            backend_kwargs=backend_kwargs,
-            pause_for_eval=pause_for_eval,
-            torch_threads=torch_threads,
-            step_timeout=step_timeout,
-            policy_kwargs=policy_kwargs,
-            stats_window_size=stats_window_size,
-            tensorboard_log=tensorboard_log,
-            verbose=verbose,
-            seed=seed,
-            device="cpu",
-            supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary),
+            **forwarded_arguments(
+                locals(),
+                AsyncAlgorithm.__init__,
+                device="cpu",
+                supported_action_spaces=(spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary),
+            )
         )
         self.use_sde, self.sde_sample_freq = bool(use_sde), sde_sample_freq  # after BaseAlgorithm's defaults
         if _init_setup_model:
@@ -359,19 +348,8 @@ class A3C(AsyncAlgorithm):
         if self.use_sde and not policy.use_sde:
             raise ValueError(f"Invalid use_sde=True: {self.policy_class.__name__} has no gSDE head (use 'MlpPolicy')")
         self.policy = policy.to(torch.device("cpu"))
-        if "optimizer_name" in self.__dict__:  # loaded from a model saved with these hyperparameters as attributes
-            self.gradient_sharing = GradientSharing.from_saved_attributes(self.__dict__)
         # the paper's lock-free optimizer replaces the policy's own (its statistics are saved with the model)
         self.policy.optimizer = self.gradient_sharing.make_optimizer(self.policy, self.lr_schedule(1.0))
-
-    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
-        return ["policy", "policy.optimizer"], []
-
-    def _share_state(self) -> None:
-        self.gradient_sharing.share(self.policy, self.n_workers)
-
-    def _async_counters(self) -> dict[str, float] | None:
-        return self.gradient_sharing.counters()
 
     @staticmethod
     def loss(

@@ -15,6 +15,7 @@ from torch import nn
 from sb3_async.apex.actor import ApeXActing
 from sb3_async.apex.base import ApeXAlgorithm
 from sb3_async.apex.transitions import NStepTransitions
+from sb3_async.common.async_algorithm import AsyncAlgorithm, forwarded_arguments
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
 from sb3_async.common.dpg_update import ddpg_policy_kwargs, dpg_update
 from sb3_async.common.returns import bootstrapped_targets
@@ -133,36 +134,9 @@ class ApeXDPG(ApeXAlgorithm):
         # The paper appendix's networks; one critic (DDPG's)
         policy_kwargs = ddpg_policy_kwargs(policy_kwargs, dict(pi=[300, 200], qf=[400, 300]), activation_fn=nn.Tanh)
         super().__init__(
-            policy,
-            env,
-            learning_rate,
-            buffer_size=buffer_size,
-            learning_starts=learning_starts,
-            batch_size=batch_size,
-            gamma=gamma,
-            n_steps=n_steps,
-            target_update_interval=target_update_interval,
-            alpha=alpha,
-            beta=beta,
-            block_size=block_size,
-            actor_update_interval=actor_update_interval,
-            max_blocks_in_flight=max_blocks_in_flight,
-            max_actor_restarts=max_actor_restarts,
-            replay_ratio=replay_ratio,
-            n_actors=n_actors,  # type: ignore[arg-type]
-            n_envs_per_actor=n_envs_per_actor,
-            backend=backend,
-            start_method=start_method,
-            backend_kwargs=backend_kwargs,
-            policy_kwargs=policy_kwargs,
-            stats_window_size=stats_window_size,
-            tensorboard_log=tensorboard_log,
-            verbose=verbose,
-            seed=seed,
-            device=device,
-            torch_threads=torch_threads,
-            step_timeout=step_timeout,
-            supported_action_spaces=(spaces.Box,),
+            **forwarded_arguments(
+                locals(), ApeXAlgorithm.__init__, AsyncAlgorithm.__init__, supported_action_spaces=(spaces.Box,)
+            )
         )
         if _init_setup_model:
             self._setup_model()

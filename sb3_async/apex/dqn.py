@@ -20,6 +20,7 @@ from sb3_async.apex.transitions import (
     apex_epsilons,
     double_q_values,
 )
+from sb3_async.common.async_algorithm import AsyncAlgorithm, forwarded_arguments
 from sb3_async.common.buffers.masked import MaskedPrioritizedReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedArrays
 from sb3_async.common.exploration import epsilon_greedy
@@ -202,36 +203,9 @@ class ApeXDQN(ApeXAlgorithm, epsilon_greedy=True):
             policy_kwargs["optimizer_class"] = torch.optim.RMSprop
             policy_kwargs.setdefault("optimizer_kwargs", dict(alpha=0.95, eps=1.5e-7, centered=True, momentum=0.0))
         super().__init__(
-            policy,
-            env,
-            learning_rate,
-            buffer_size=buffer_size,
-            learning_starts=learning_starts,
-            batch_size=batch_size,
-            gamma=gamma,
-            n_steps=n_steps,
-            target_update_interval=target_update_interval,
-            alpha=alpha,
-            beta=beta,
-            block_size=block_size,
-            actor_update_interval=actor_update_interval,
-            max_blocks_in_flight=max_blocks_in_flight,
-            max_actor_restarts=max_actor_restarts,
-            replay_ratio=replay_ratio,
-            n_actors=n_actors,  # type: ignore[arg-type]
-            n_envs_per_actor=n_envs_per_actor,
-            backend=backend,
-            start_method=start_method,
-            backend_kwargs=backend_kwargs,
-            policy_kwargs=policy_kwargs,
-            stats_window_size=stats_window_size,
-            tensorboard_log=tensorboard_log,
-            verbose=verbose,
-            seed=seed,
-            device=device,
-            torch_threads=torch_threads,
-            step_timeout=step_timeout,
-            supported_action_spaces=(spaces.Discrete,),
+            **forwarded_arguments(
+                locals(), ApeXAlgorithm.__init__, AsyncAlgorithm.__init__, supported_action_spaces=(spaces.Discrete,)
+            )
         )
         if _init_setup_model:
             self._setup_model()
@@ -244,9 +218,6 @@ class ApeXDQN(ApeXAlgorithm, epsilon_greedy=True):
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_q_parameters"]
-
-    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
-        return ["policy", "policy.optimizer"], []
 
     def _epsilons(self) -> np.ndarray:
         """ε_i of every env copy, actor by actor: the paper's actors step one env each, so its i indexes env copies."""

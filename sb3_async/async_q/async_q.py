@@ -21,7 +21,7 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.dqn.policies import DQNPolicy, MultiInputPolicy, QNetwork
 from torch.nn import functional as F
 
-from sb3_async.common.async_algorithm import AsyncAlgorithm
+from sb3_async.common.async_algorithm import AsyncAlgorithm, forwarded_arguments
 from sb3_async.common.exploration import (
     PAPER_FINAL_EPSILON_PROBS,
     PAPER_FINAL_EPSILONS,
@@ -187,6 +187,7 @@ class AsyncQLearning(AsyncAlgorithm, epsilon_greedy=True):
         "MultiInputPolicy": MultiInputPolicy,
     }
     policy: DQNPolicy
+    gradient_sharing: GradientSharing  # always held (set in __init__)
     optimizer_name = shared_setting("optimizer_name")
     optimizer_kwargs = shared_setting("optimizer_kwargs")
     max_grad_norm = shared_setting("max_grad_norm")
@@ -246,24 +247,7 @@ class AsyncQLearning(AsyncAlgorithm, epsilon_greedy=True):
         #: the lock-free optimizer and what the workers share
         self.gradient_sharing = GradientSharing(optimizer, optimizer_kwargs, max_grad_norm, separate_updates)
         super().__init__(
-            policy,
-            env,
-            learning_rate,
-            n_workers=n_workers,
-            n_envs_per_worker=n_envs_per_worker,
-            backend=backend,
-            start_method=start_method,
-            backend_kwargs=backend_kwargs,
-            pause_for_eval=pause_for_eval,
-            torch_threads=torch_threads,
-            step_timeout=step_timeout,
-            policy_kwargs=policy_kwargs,
-            stats_window_size=stats_window_size,
-            tensorboard_log=tensorboard_log,
-            verbose=verbose,
-            seed=seed,
-            device="cpu",
-            supported_action_spaces=(spaces.Discrete,),
+            **forwarded_arguments(locals(), AsyncAlgorithm.__init__, device="cpu", supported_action_spaces=(spaces.Discrete,))
         )
         if _init_setup_model:
             self._setup_model()
@@ -272,8 +256,6 @@ class AsyncQLearning(AsyncAlgorithm, epsilon_greedy=True):
         super()._setup_model()
         self.policy = with_target_synced(self._make_policy(DQNPolicy).to(torch.device("cpu")))
         self._create_aliases()
-        if "optimizer_name" in self.__dict__:  # loaded from a model saved with these hyperparameters as attributes
-            self.gradient_sharing = GradientSharing.from_saved_attributes(self.__dict__)
         # the paper's lock-free optimizer over θ replaces the policy's own (its statistics are saved with the model)
         self.policy.optimizer = self.gradient_sharing.make_optimizer(self.policy.q_net, self.lr_schedule(1.0))
 
@@ -293,15 +275,6 @@ class AsyncQLearning(AsyncAlgorithm, epsilon_greedy=True):
 
     def load_replay_buffer(self, path: Any, truncate_last_traj: bool = True) -> None:
         self.save_replay_buffer(path)
-
-    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
-        return ["policy", "policy.optimizer"], []
-
-    def _share_state(self) -> None:
-        self.gradient_sharing.share(self.policy, self.n_workers)
-
-    def _async_counters(self) -> dict[str, float] | None:
-        return self.gradient_sharing.counters()
 
     @property
     def exploration_rate(self) -> float:
