@@ -5,7 +5,8 @@ training included (start-up included).
 
 The same user code runs against both versions, each case in a fresh process with that version first on ``PYTHONPATH``
 (the cases use only what both versions have: ``AsyncEnvPool(factories, n_workers=, local_envs=).as_vec_env()`` and
-``AEDDPG(policy, env_id)``), rounds interleaved, one torch thread everywhere. Medians over rounds, and the median of the
+``AEDDPG(policy, env_id)``), rounds interleaved (the version that
+runs first alternates from round to round), one torch thread everywhere. Medians over rounds, and the median of the
 per-round ratios.
 
 Usage::
@@ -147,9 +148,12 @@ def main() -> None:
         for name, src in versions.items()
     }
     rates: dict[str, dict[str, list[float]]] = {case: {v: [] for v in versions} for case in args.cases}
-    for _ in range(args.rounds):
+    for round_ in range(args.rounds):
         for case in args.cases:
-            for version, src in versions.items():
+            order = list(versions.items())
+            if round_ % 2:  # who runs first alternates from round to round
+                order.reverse()
+            for version, src in order:
                 env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
                 out = subprocess.run(
                     [sys.executable, __file__, "--baseline", args.baseline, "--case", case],
@@ -160,7 +164,8 @@ def main() -> None:
     lines = [
         "# Training throughput, A/B (benchmarks/scripts/end_to_end_ab.py)",
         "",
-        f"This checkout {commits['this checkout']} against {commits['baseline']}; {args.rounds} interleaved rounds, a fresh"
+        f"This checkout {commits['this checkout']} against {commits['baseline']}; {args.rounds} interleaved rounds (who runs"
+        " first alternates), a fresh"
         " process per run, one torch thread; env steps per second with training included (medians), and the median of"
         " the per-round ratios.",
         "",
