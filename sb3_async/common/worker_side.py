@@ -40,6 +40,8 @@ class WorkerPolicyConfig:
     gamma: float
     #: Seconds an env step may take before the worker fails with its traceback (None: no limit)
     step_timeout: float | None = field(default=None, kw_only=True)
+    #: The algorithm's name, for the workers' messages (a divergence names it)
+    algorithm: str = field(default="the algorithm", kw_only=True)
 
 
 def shared_obs_buffer(space: spaces.Space, n_envs: int) -> Any:
