@@ -80,6 +80,8 @@ __all__ = [
     "RandomWalkActionNoise",
     "ReplayStatsCallback",
     "SharedRMSprop",
+    "StepTimeout",
+    "DivergenceError",
     "TurnBasedGame",
     "WorkerError",
     "__version__",

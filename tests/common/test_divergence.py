@@ -47,7 +47,8 @@ def test_usual_learning_rates_do_not_warn(name: str) -> None:
 def test_the_guard_fails_on_a_non_finite_number_before_the_step() -> None:
     guard = DivergenceGuard("A3C", [torch.zeros(3)])
     guard.check_values(5, 100, 1e-3, gradient_norm=2.0)
-    with pytest.raises(DivergenceError, match=r"A3C diverged at step 100 \(update 5, learning_rate=0.001\): its gradient_norm is nan"):
+    expected = r"A3C diverged at step 100 \(update 5, learning_rate=0.001\): its gradient_norm is nan"
+    with pytest.raises(DivergenceError, match=expected):
         guard.check_values(5, 100, 1e-3, gradient_norm=math.nan)
     with pytest.raises(DivergenceError, match="its loss is inf"):
         guard.check_values(5, 100, 1e-3, loss=math.inf)

@@ -143,7 +143,8 @@ class CloseFails(gym.Wrapper):
 @pytest.mark.parametrize("n_hosts", [0, 1])
 def test_a_factory_that_returns_no_env_is_named_with_what_it_returned(n_hosts):
     """The error names the factory and what it returned (type and repr), not an AttributeError of the clean-up."""
-    with pytest.raises(Exception, match=r"The env factory of env \d \(<function .*<lambda>.*\) returned NoneType None, not an env"):
+    expected = r"The env factory of env \d \(<function .*<lambda>.*\) returned NoneType None, not an env"
+    with pytest.raises(Exception, match=expected):
         AsyncEnvPool(lambda: None, n_envs=2, n_hosts=n_hosts)
     with pytest.raises(TypeError, match=r"returned str 'CartPole-v1', not an env"):
         AsyncEnvPool([CloseFails, lambda: "CartPole-v1"], n_hosts=0)  # the first env's failing close() hides nothing
