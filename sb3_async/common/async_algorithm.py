@@ -152,7 +152,8 @@ class AsyncAlgorithm(BaseAlgorithm):
         this machine leave free, at least 1 (logged as ``config/torch_threads``); the caller's count is restored after
     :param step_timeout: seconds one env step (or the reset after an episode) may take in a worker; a step stuck longer
         is interrupted and ``learn()`` raises a ``WorkerError`` naming the env, its worker and how long it was stuck,
-        with the traceback of where it was stuck (default 60; None: no limit)
+        with the traceback of where it was stuck (``backend="serial"``: a ``StepTimeout`` naming them) (default 60;
+        None: no limit)
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {}
