@@ -250,7 +250,7 @@ class GradientWorker:
             norm = clip_grad_norm(self.local_params, self.cfg.max_grad_norm)
             self.divergence.check_values(update, step, learning_rate, gradient_norm=norm)
         else:
-            self.divergence.check_values(update, step, learning_rate, loss=float(loss))
+            self.divergence.check_values(update, step, learning_rate, loss=float(loss.detach()))
         grads = [param.grad if param.grad is not None else torch.zeros_like(param) for param in self.local_params]
         lag = int(self.update_counts.sum()) - self._updates_at_snapshot
         self.optimizer.step(grads, learning_rate)
