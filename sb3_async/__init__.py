@@ -20,13 +20,14 @@ if TYPE_CHECKING:
         PrioritizedReplayBufferSamples,
         ReplayStatsCallback,
     )
+    from sb3_async.common.divergence import DivergenceError
     from sb3_async.common.noise import RandomWalkActionNoise
     from sb3_async.common.optimizers import MomentumSGD, SharedRMSprop
     from sb3_async.common.policies import MnihCNN
     from sb3_async.env_pool import AsyncEnvPool
     from sb3_async.env_pool.turns import TurnBasedGame
     from sb3_async.games import GameEvalCallback
-    from sb3_async.runtime.processes import WorkerError
+    from sb3_async.runtime.processes import StepTimeout, WorkerError
 
 with open(os.path.join(os.path.dirname(__file__), "version.txt")) as file_handler:
     __version__ = file_handler.read().strip()
@@ -52,6 +53,8 @@ _LAZY = {
     "MomentumSGD": "sb3_async.common.optimizers",
     "SharedRMSprop": "sb3_async.common.optimizers",
     "WorkerError": "sb3_async.runtime.processes",
+    "StepTimeout": "sb3_async.runtime.processes",
+    "DivergenceError": "sb3_async.common.divergence",
 }
 
 #: Subpackages reachable as attributes: ``import sb3_async; sb3_async.a3c`` worked when this module imported everything.
@@ -77,6 +80,8 @@ __all__ = [
     "RandomWalkActionNoise",
     "ReplayStatsCallback",
     "SharedRMSprop",
+    "StepTimeout",
+    "DivergenceError",
     "TurnBasedGame",
     "WorkerError",
     "__version__",

@@ -41,6 +41,7 @@ from sb3_async.common.buffers.ages import sample_ages_of
 from sb3_async.common.buffers.episodic import EpisodicDualReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedReplayBuffer
 from sb3_async.common.callbacks import with_live_progress_bar
+from sb3_async.common.divergence import DivergenceGuard, warn_if_learning_rate_too_high
 from sb3_async.common.dpg_update import ddpg_policy_kwargs, dpg_update
 from sb3_async.common.masks import check_masked_action_space
 from sb3_async.common.noise import RandomWalkActionNoise
@@ -153,6 +154,7 @@ class AEDDPG(TD3):
     backend: str
     backend_kwargs: dict[str, Any]
     step_timeout: float | None  # seconds an env's step may stay in flight
+    _divergence: DivergenceGuard | None = None  # the learner's divergence checks, built at its first train()
     #: The pool collection (:class:`~sb3_async.ae_ddpg.collector.PoolCollector`): built with the replay, never saved
     _collector: PoolCollector
 
@@ -197,6 +199,7 @@ class AEDDPG(TD3):
         if self.step_timeout == 0:
             raise ValueError("Invalid step_timeout=0: expected a positive number of seconds, or None (no limit)")
         seed = check_seed(seed)
+        warn_if_learning_rate_too_high(type(self).__name__, learning_rate)
         self.updates_per_transition = check_updates_per_transition(updates_per_transition, gradient_steps)
         self._update_credit = 0.0  # fraction of a gradient step owed to the next training
         check_pool_arguments(pool_kwargs, backend, backend_kwargs)
@@ -331,6 +334,7 @@ class AEDDPG(TD3):
             "collection_stats",  # saved by 0.2.0 and earlier, now the collector's
             "env_transitions",
             "_async_metrics",
+            "_divergence",
         ]
 
     # ---------------------------------------------------------------- envs and learn
@@ -481,6 +485,9 @@ class AEDDPG(TD3):
         actor_params, critic_params = list(self.actor.parameters()), list(self.critic.parameters())
         actor_targets, critic_targets = list(self.actor_target.parameters()), list(self.critic_target.parameters())
         actor_losses, critic_losses = [], []
+        learning_rate = float(self.lr_schedule(self._current_progress_remaining))
+        if self._divergence is None:
+            self._divergence = DivergenceGuard(type(self).__name__, actor_params + critic_params)
         for _ in range(gradient_steps):
             self._n_updates += 1
             if prioritized:
@@ -499,6 +506,10 @@ class AEDDPG(TD3):
                 weights=data.weights if prioritized else None,  # eq. 2, importance-weighted when prioritized
                 actor_params=actor_params,
             )
+            self._divergence.check_values(
+                self._n_updates, self.num_timesteps, learning_rate, critic_loss=step.critic_loss, actor_loss=step.actor_loss
+            )
+            self._divergence.after_update(self._n_updates, self.num_timesteps, learning_rate)
             critic_losses.append(step.critic_loss)
             actor_losses.append(step.actor_loss)
             if prioritized:

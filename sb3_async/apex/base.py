@@ -37,6 +37,7 @@ from sb3_async.common.async_algorithm import AsyncAlgorithm
 from sb3_async.common.buffers.ages import sample_ages_of
 from sb3_async.common.buffers.masked import MaskedPrioritizedReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer, check_replay_memory
+from sb3_async.common.divergence import DivergenceGuard
 from sb3_async.common.masks import masking_supported
 from sb3_async.common.save_util import PathLike, check_pickled_class, replay_file_errors, save_replay_atomically
 from sb3_async.runtime import Runtime, WorkerSpec
@@ -173,6 +174,7 @@ class ApeXAlgorithm(AsyncAlgorithm):
             "_last_metrics",
             "_held",
             "_restarts",
+            "_divergence",
         ]
 
     def _setup_replay(self) -> None:
@@ -386,13 +388,31 @@ class ApeXAlgorithm(AsyncAlgorithm):
         assert self.replay_buffer is not None
         batch = self.replay_buffer.sample_arrays(self.batch_size)
         loss, td_abs = self._train_batch(batch)
+        self._check_divergence(loss=loss)
         self.replay_buffer.update_priorities(batch.indices, td_abs)
         self._n_updates += 1
+        self._divergence_guard().after_update(self._n_updates, self.num_timesteps, self._learning_rate_now())
         self._flow["batches"] += 1
         self._flow["replayed"] += self.batch_size
         self._last_metrics = dict(loss=loss, td_error_abs_mean=float(np.mean(td_abs)))
         if self._n_updates % self.target_update_interval == 0:
             self._update_target()
+
+    _divergence: DivergenceGuard | None = None
+
+    def _divergence_guard(self) -> DivergenceGuard:
+        """The learner's divergence checks (:mod:`~sb3_async.common.divergence`), over the policy's parameters."""
+        if self._divergence is None:
+            self._divergence = DivergenceGuard(type(self).__name__, list(self.policy.parameters()))
+        return self._divergence
+
+    def _learning_rate_now(self) -> float:
+        return float(self.lr_schedule(self._current_progress_remaining))
+
+    def _check_divergence(self, **computed: float) -> None:
+        """Fail with :class:`~sb3_async.common.divergence.DivergenceError` if a number the learner's next update
+        computed (a loss, a gradient norm) is not finite."""
+        self._divergence_guard().check_values(self._n_updates + 1, self.num_timesteps, self._learning_rate_now(), **computed)
 
     def _async_counters(self) -> dict[str, float]:
         return {"updates": self._n_updates, "replayed": self._flow["replayed"], "learner_busy": self._busy}

@@ -172,6 +172,7 @@ class ApeXDPG(ApeXAlgorithm):
             actor_grad_clip=self.actor_grad_clip,  # paper appendix
         )
         self._last_actor_loss = step.actor_loss
+        self._check_divergence(actor_loss=step.actor_loss)
         assert step.priorities is not None  # weighted: a prioritized replay's update
         return step.critic_loss, step.priorities
 

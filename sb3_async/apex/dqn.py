@@ -241,7 +241,7 @@ class ApeXDQN(ApeXAlgorithm, epsilon_greedy=True):
         loss, td_errors = double_q_loss(self.policy.q_net, self.policy.q_net_target, batch, discount, self.device, next_masks)
         self.policy.optimizer.zero_grad()
         loss.backward()
-        clip_grad_norm(self._q_parameters, self.max_grad_norm)
+        self._check_divergence(gradient_norm=clip_grad_norm(self._q_parameters, self.max_grad_norm))
         self.policy.optimizer.step()
         return float(loss.item()), td_errors.detach().abs().cpu().numpy()
 

@@ -43,6 +43,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_no
 
 from sb3_async.common.async_metrics import AsyncMetrics
 from sb3_async.common.callbacks import frozen_evaluations, show_final_timesteps, with_live_progress_bar
+from sb3_async.common.divergence import warn_if_learning_rate_too_high
 from sb3_async.common.epsilon_greedy import epsilon_greedy_predict
 from sb3_async.common.gradient_sharing import GradientSharing
 from sb3_async.common.masks import check_masked_action_space, masked_policy, predict_masks
@@ -163,7 +164,8 @@ class AsyncAlgorithm(BaseAlgorithm):
         this machine leave free, at least 1 (logged as ``config/torch_threads``); the caller's count is restored after
     :param step_timeout: seconds one env step (or the reset after an episode) may take in a worker; a step stuck longer
         is interrupted and ``learn()`` raises a ``WorkerError`` naming the env, its worker and how long it was stuck,
-        with the traceback of where it was stuck (default 60; None: no limit)
+        with the traceback of where it was stuck (``backend="serial"``: a ``StepTimeout`` naming them) (default 60;
+        None: no limit)
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {}
@@ -241,6 +243,7 @@ class AsyncAlgorithm(BaseAlgorithm):
         if isinstance(policy, str) and policy not in self.policy_aliases:
             raise ValueError(f"Invalid policy={policy!r}: expected one of {', '.join(self.policy_aliases)} or a policy class")
         learning_rate = check_learning_rate(learning_rate)
+        warn_if_learning_rate_too_high(type(self).__name__, learning_rate)
 
         self._env_recipe: EnvRecipe | None = None
         self._normalization_state: dict[str, Any] | None = None  # VecNormalize statistics saved with the model
@@ -574,6 +577,7 @@ class AsyncAlgorithm(BaseAlgorithm):
             n_steps=n_steps,
             gamma=gamma,
             step_timeout=self.step_timeout,
+            algorithm=type(self).__name__,
         )
 
     # --- the supervision loop ----------------------------------------------------------------------------------

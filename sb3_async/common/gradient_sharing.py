@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from sb3_async.common.divergence import DivergenceGuard
 from sb3_async.common.masks import mask_reader
 from sb3_async.common.observations import check_finite_observations, check_finite_rewards
 from sb3_async.common.optimizers import OPTIMIZER_NAMES, AsyncOptimizer, WorkerOptimizer, as_async_optimizer, make_optimizer
@@ -141,6 +142,7 @@ class GradientWorker:
         self.update_counts: torch.Tensor = ctx.shared["updates"]
         self._own_updates = int(self.update_counts[ctx.rank])
         self._updates_at_snapshot = int(self.update_counts.sum())
+        self.divergence = DivergenceGuard(cfg.algorithm, self.shared_params)
         self.obs = self.env.reset()
         check_finite_observations(self.obs, self.env_offset)
         self.mask_reader = mask_reader(self.env, cfg.action_space, self.env_offset)  # None: no action masks
@@ -224,7 +226,11 @@ class GradientWorker:
         n_envs: int | None = None,
     ) -> int:
         """Backpropagate ``loss`` into θ', clip, apply dθ to θ without locks; count the steps and the update, report
-        its policy lag (shared updates since :meth:`synchronize`). Returns the global T.
+        its policy lag (shared updates since :meth:`synchronize`). Returns the global T. A non-finite gradient norm
+        (or loss, without clipping), or θ found non-finite or beyond
+        :data:`~sb3_async.common.divergence.PARAMETER_LIMIT` (checked at the first update and every
+        :data:`~sb3_async.common.divergence.CHECK_INTERVAL`), raises
+        :class:`~sb3_async.common.divergence.DivergenceError`, which fails ``learn()`` through the worker's error.
 
         :param n_steps: the steps of each env the loss learns from
         :param after_backward: completes the gradients after ``loss.backward()`` (the part of θ' the loss's graph
@@ -236,15 +242,23 @@ class GradientWorker:
         loss.backward()
         if after_backward is not None:
             after_backward()
+        learning_rate = self.cfg.lr_schedule(self.ctx.progress_remaining)
+        n_new = n_steps * (self.cfg.n_envs if n_envs is None else n_envs)
+        update, step = self._own_updates + 1, self.ctx.num_timesteps + n_new  # the step this update is counted at
+        # a non-finite gradient fails the worker before it reaches the shared θ (DivergenceError)
         if self.cfg.max_grad_norm is not None:
-            clip_grad_norm(self.local_params, self.cfg.max_grad_norm)
+            norm = clip_grad_norm(self.local_params, self.cfg.max_grad_norm)
+            self.divergence.check_values(update, step, learning_rate, gradient_norm=norm)
+        else:
+            self.divergence.check_values(update, step, learning_rate, loss=float(loss.detach()))
         grads = [param.grad if param.grad is not None else torch.zeros_like(param) for param in self.local_params]
         lag = int(self.update_counts.sum()) - self._updates_at_snapshot
-        self.optimizer.step(grads, self.cfg.lr_schedule(self.ctx.progress_remaining))
+        self.optimizer.step(grads, learning_rate)
+        self.divergence.after_update(update, step, learning_rate)
         self._own_updates += 1
         self.update_counts[self.ctx.rank] = self._own_updates  # counted once applied
         self.reporter.record_update(lag)
-        return self.ctx.add_steps(n_steps * (self.cfg.n_envs if n_envs is None else n_envs))
+        return self.ctx.add_steps(n_new)
 
     def close(self) -> None:
         self.reporter.maybe_flush(self.obs, force=True)

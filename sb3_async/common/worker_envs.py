@@ -48,7 +48,7 @@ from sb3_async.env_pool.multi_agent import is_multi_agent
 from sb3_async.env_pool.pool import AsyncEnvPool
 from sb3_async.env_pool.turns import TurnBasedGame, is_turn_based
 from sb3_async.env_pool.vec_env import PoolVecEnv
-from sb3_async.runtime.processes import StepWatchdog
+from sb3_async.runtime.processes import StepWatch
 
 _WHAT_TO_PASS = (
     "Pass an env id (e.g. 'CartPole-v1'), a picklable factory (e.g. `lambda: gym.make('CartPole-v1')`), "
@@ -67,7 +67,7 @@ class WorkerVecEnv(DummyVecEnv):
     """``DummyVecEnv`` without its per-step deep copies: a worker consumes each step's infos and observations once
     and never mutates them, so shallow copies are enough (the deep copies cost more than a CartPole step)."""
 
-    _watchdog: StepWatchdog | None = None
+    _watchdog: StepWatch | None = None
     _labels: Sequence[str] = ()
     _terminal_masks = False
 
@@ -76,7 +76,7 @@ class WorkerVecEnv(DummyVecEnv):
         info, as ``"terminal_action_mask"`` (:mod:`sb3_async.common.masks`): a time-limit bootstrap maxes over it."""
         self._terminal_masks = True
 
-    def watch_steps(self, watchdog: StepWatchdog, labels: Sequence[str]) -> None:
+    def watch_steps(self, watchdog: StepWatch, labels: Sequence[str]) -> None:
         """Bracket each env's step (and the reset after its episode ends) for ``watchdog``, naming env ``i``
         ``labels[i]``: a step stuck past its timeout is interrupted with a ``StepTimeout`` naming the env."""
         self._watchdog, self._labels = watchdog, list(labels)

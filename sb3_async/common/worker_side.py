@@ -8,7 +8,6 @@ callbacks' ``new_obs``. Both ends of that buffer live here, so its layout is def
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +20,6 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_async.common.worker_envs import EnvRecipe, WorkerVecEnv
 from sb3_async.runtime import WorkerContext
-from sb3_async.runtime.processes import StepWatchdog
 
 __all__ = ["StatsReporter", "WorkerPolicyConfig", "make_worker_envs", "read_obs", "shared_obs_buffer", "write_obs"]
 
@@ -42,6 +40,8 @@ class WorkerPolicyConfig:
     gamma: float
     #: Seconds an env step may take before the worker fails with its traceback (None: no limit)
     step_timeout: float | None = field(default=None, kw_only=True)
+    #: The algorithm's name, for the workers' messages (a divergence names it)
+    algorithm: str = field(default="the algorithm", kw_only=True)
 
 
 def shared_obs_buffer(space: spaces.Space, n_envs: int) -> Any:
@@ -135,17 +135,17 @@ class StatsReporter:
 
 def make_worker_envs(ctx: WorkerContext, cfg: WorkerPolicyConfig) -> VecEnv:
     """This worker's env copies (``cfg.n_envs``, seeded by rank; a ``VecNormalize`` among the wrappers updates the
-    statistics all workers share, in slot ``rank + 1``), their steps watched for ``cfg.step_timeout`` in a worker
-    process."""
+    statistics all workers share, in slot ``rank + 1``), their steps watched for ``cfg.step_timeout`` (in a worker
+    process by a watchdog that interrupts the stuck step; with ``backend="serial"`` by the main thread, which fails the
+    run)."""
     env = cfg.env_recipe.make_vec_env(
         cfg.n_envs, ctx.base_seed + ctx.rank * cfg.n_envs, ctx.shared.get("normalization"), slot=ctx.rank + 1
     )
-    # The watchdog interrupts a process' main thread (a signal): workers that are threads of the main process
-    # (backend="serial") step without it, so a breakpoint() in an env can wait as long as it likes.
-    if cfg.step_timeout is not None and threading.current_thread() is threading.main_thread():
-        inner = env.unwrapped
-        if isinstance(inner, WorkerVecEnv):
+    inner = env.unwrapped
+    if cfg.step_timeout is not None and isinstance(inner, WorkerVecEnv):
+        watch = ctx.step_watch(cfg.step_timeout)
+        if watch is not None:
             first = ctx.rank * cfg.n_envs  # the global index of the worker's first env
             labels = [f"Env {first + i} (worker {ctx.rank}, {ctx.name})" for i in range(cfg.n_envs)]
-            inner.watch_steps(StepWatchdog(cfg.step_timeout), labels)
+            inner.watch_steps(watch, labels)
     return env

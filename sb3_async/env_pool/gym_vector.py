@@ -279,7 +279,7 @@ class PoolVectorEnv(VectorEnv):
             checked = _batch(space, actions, self.num_envs)
         except (KeyError, TypeError, ValueError, IndexError) as error:
             raise InvalidActionsError(
-                f"Invalid actions {actions!r}: expected a batch of {self.action_space} ({error})"
+                f"Invalid actions {actions!r} for the batch action space {self.action_space}: {error}"
             ) from None
         try:
             if self.action_space.contains(checked):
@@ -359,7 +359,10 @@ def _batch(space: spaces.Space, value: Any, n: int) -> Any:
             raise ValueError(f"{len(values)} values for {n} envs of {space}")
         return values
     array = np.asarray(value)
-    kinds = "biuf" if isinstance(space, spaces.Box) else "biu"
-    if array.shape != (n, *(space.shape or ())) or array.dtype.kind not in kinds:
-        raise ValueError(f"a {array.dtype} array of shape {array.shape} for {space}")
+    expected = (n, *(space.shape or ()))
+    if array.shape != expected:
+        raise ValueError(f"expected shape {expected} (one value of {space} for each of {n} envs), given shape {array.shape}")
+    box = isinstance(space, spaces.Box)
+    if array.dtype.kind not in ("biuf" if box else "biu"):
+        raise ValueError(f"expected {'numbers' if box else 'integers'} for {space}, given a {array.dtype} array")
     return array.astype(space.dtype, copy=False)

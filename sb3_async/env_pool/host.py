@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 
 from sb3_async.env_pool.info_codec import InfoPacker
-from sb3_async.env_pool.multi_agent import AgentSlots, as_agent_slots
+from sb3_async.env_pool.multi_agent import AgentSlots, as_agent_slots, is_multi_agent
 from sb3_async.env_pool.shared_buffers import FINAL_INFO, FINAL_OBS, OBJECTS, SharedBuffers
 from sb3_async.runtime.processes import report_and_exit, watch_parent
 
@@ -99,6 +99,38 @@ def _is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
     return False
 
 
+def build_env(factory: EnvFactory, i: int) -> Any:
+    """Env ``i`` from its factory, as a host holds it (a PettingZoo env as :class:`AgentSlots`).
+
+    :raises TypeError: the factory returned something that is not an env, named with what it returned
+    """
+    env = factory()
+    if not (isinstance(env, gym.Env) or is_multi_agent(env) or all(hasattr(env, a) for a in _ENV_ATTRIBUTES)):
+        shown = repr(env)
+        shown = shown if len(shown) <= 200 else shown[:200] + "..."
+        raise TypeError(
+            f"The env factory of env {i} ({factory!r}) returned {type(env).__name__} {shown}, not an env: a factory must "
+            "return a gymnasium.Env (or a PettingZoo env)"
+        )
+    return as_agent_slots(env)
+
+
+#: What an object needs to be taken for a gymnasium env without subclassing ``gymnasium.Env``
+_ENV_ATTRIBUTES = ("reset", "step", "observation_space", "action_space", "close")
+
+
+def close_all(envs: Sequence[Any]) -> None:
+    """Close each env of ``envs``; the first error any ``close()`` raised is raised once all have been tried."""
+    first: BaseException | None = None
+    for env in envs:
+        try:
+            env.close()
+        except Exception as error:
+            first = first or error
+    if first is not None:
+        raise first
+
+
 class EnvHost:
     """A group of envs and the commands it serves.
 
@@ -116,7 +148,14 @@ class EnvHost:
 
     def __init__(self, ids: list[int], factories: list[EnvFactory], autoreset: bool, on_error: str, copy_infos: bool = False):
         self.autoreset, self.on_error, self.copy_infos = autoreset, on_error, copy_infos
-        envs = [as_agent_slots(factory()) for factory in factories]
+        envs: list[Any] = []
+        try:
+            for i, factory in zip(ids, factories):
+                envs.append(build_env(factory, i))
+        except BaseException:
+            with contextlib.suppress(Exception):  # the envs built before the failure: closed, their errors not the cause
+                close_all(envs)
+            raise
         #: slot id -> its env copy (multi-agent envs only)
         self.copies: dict[int, AgentSlots] = {}
         if any(isinstance(env, AgentSlots) for env in envs):
@@ -146,16 +185,17 @@ class EnvHost:
         return [(i, env.observation_space, env.action_space) for i, env in self.envs.items()]
 
     def close(self) -> None:
-        for env in {id(env): env for env in self.envs.values()}.values():  # a multi-agent copy holds several slots
-            env.close()
+        """Close every env; an env whose ``close()`` raises does not keep the others open (the first error is raised
+        once all are closed)."""
+        close_all(list({id(env): env for env in self.envs.values()}.values()))  # a multi-agent copy holds several slots
 
     def rebuild(self, i: int) -> None:
         with contextlib.suppress(Exception):  # the env is broken already: its replacement matters, not its close()
             self.envs[i].close()
         if i not in self.copies:
-            self.envs[i] = self.factories[i]()
+            self.envs[i] = build_env(self.factories[i], i)
             return
-        env = as_agent_slots(self.factories[i]())
+        env = build_env(self.factories[i], i)
         env.slots, env.autoreset = self.copies[i].slots, self.autoreset
         self.envs.update(dict.fromkeys(env.slots, env))
         self.copies.update(dict.fromkeys(env.slots, env))

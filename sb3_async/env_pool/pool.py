@@ -201,8 +201,12 @@ class AsyncEnvPool:
             self._remote = RemoteCalls(groups, self._steps, supervisor, self._local)
             if groups.agents_per_env > 1:
                 groups.env_agents = list(self.get_attr("possible_agents", [0])[0])
-        except BaseException:
-            self.close()
+        except BaseException as error:
+            try:
+                self.close()
+            except Exception as close_error:  # the clean-up's own failure must not hide why the pool could not start
+                if hasattr(error, "add_note"):
+                    error.add_note(f"Closing the pool after this error also failed: {close_error!r}")
             raise
 
     # ---------------------------------------------------------------- layout and state
@@ -479,12 +483,16 @@ class AsyncEnvPool:
         if self._supervisor is not None:
             self._supervisor.closing = True
         self._finalizer.detach()
-        if self._local is not None:
-            self._local.close()
-        if self._hosts is not None:
-            self._hosts.close(timeout)
-        for shared in self._groups.buffers_list:
-            shared.close()
+        try:
+            if self._local is not None:
+                self._local.close()
+        finally:  # an env whose close() raised leaves no host or buffer behind
+            try:
+                if self._hosts is not None:
+                    self._hosts.close(timeout)
+            finally:
+                for shared in self._groups.buffers_list:
+                    shared.close()
 
     def __enter__(self) -> AsyncEnvPool:
         return self

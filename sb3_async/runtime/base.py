@@ -22,6 +22,7 @@ chosen by
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -33,6 +34,7 @@ import numpy as np
 import torch
 
 from sb3_async.runtime.heap import TRIM_INTERVAL_SECONDS, release_free_heap
+from sb3_async.runtime.processes import StepWatch, StepWatchdog
 
 
 @dataclass
@@ -131,6 +133,14 @@ class WorkerContext:
                 time.sleep(0.002)
             self._parked[self.rank] = 0
         return bool(self._control[0]) or self.num_timesteps >= self.total_timesteps
+
+    def step_watch(self, timeout: float) -> StepWatch | None:
+        """What brackets this worker's env steps so that one stuck past ``timeout`` seconds fails the run: a
+        :class:`~sb3_async.runtime.processes.StepWatchdog` in a worker process's main thread (its signal reaches only a
+        main thread), None elsewhere. The serial runtime's workers get a clock its main thread reads."""
+        if threading.current_thread() is threading.main_thread():
+            return StepWatchdog(timeout)
+        return None
 
     def send(self, kind: str, data: Any) -> None:
         """Send a message to the main process (episode statistics, losses, transitions...)."""

@@ -27,13 +27,14 @@ import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 __all__ = [
     "EXIT_STUCK",
     "EXIT_UNGUARDED_MAIN",
     "START_METHODS",
     "StepTimeout",
+    "StepWatch",
     "StepWatchdog",
     "WorkerError",
     "PARENT_PID_VARIABLE",
@@ -165,6 +166,17 @@ def watch_parent_from_env() -> None:
 
 class StepTimeout(TimeoutError):
     """An env's step ran past the step timeout; raised inside that step, in the worker's main thread."""
+
+
+class StepWatch(Protocol):
+    """What brackets a worker's env steps for its step timeout: :class:`StepWatchdog` in a worker process,
+    the serial runtime's clock in a worker thread (:mod:`sb3_async.runtime.serial`)."""
+
+    def begin(self, label: str) -> None: ...
+
+    def end(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class StepWatchdog:

@@ -16,6 +16,14 @@ What this gives:
   not depend on time (Ape-X's learner works ~20 ms between two polls; with ``replay_ratio``, in turn-based runs, it
   learns until the ratio is reached instead).
 
+The main thread watches each turn: an env step of a worker that runs past the model's ``step_timeout`` (the same
+brackets as a worker process's :class:`~sb3_async.runtime.processes.StepWatchdog`) fails :meth:`SerialRuntime.poll`, so
+``learn()``, with :class:`~sb3_async.runtime.processes.StepTimeout`, naming the env, its worker, how long it has been
+stuck and where (the worker thread's stack). A step stopped in a debugger (``breakpoint()``: a ``bdb`` frame on its
+stack) is never timed out. :meth:`SerialRuntime.close` ends every worker thread; one that cannot be ended (stuck in a
+blocking call or in native code, where Python cannot interrupt a thread) is a daemon thread, and is reported with a
+``RuntimeWarning`` naming it and where it is stuck; it ends at its next ``should_stop()`` if its call ever returns.
+
 What differs from a real async run: no two workers overlap, so there is no speed-up, torch runs on one thread while
 the workers run (restored afterwards), and each worker's update sees every update the workers applied before its
 turn (the policy lag of A3C and the async Q family is 0).
@@ -25,8 +33,11 @@ from __future__ import annotations
 
 import pickle
 import random
+import sys
 import threading
+import time
 import traceback
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,7 +46,7 @@ import numpy as np
 import torch
 
 from sb3_async.runtime.base import Runtime, WorkerContext, WorkerSpec, restart_seed
-from sb3_async.runtime.processes import WorkerError
+from sb3_async.runtime.processes import StepTimeout, WorkerError
 
 __all__ = ["SerialRuntime"]
 
@@ -47,6 +58,42 @@ _FAILED = 1
 
 class _Stopped(BaseException):
     """Ends a worker thread whose runtime closed before the worker's first turn."""
+
+
+class _StepClock:
+    """Brackets the env steps of a worker thread (a :class:`~sb3_async.runtime.processes.StepWatch`): when its current
+    step began, and which env it is; the main thread reads them while it waits for the worker's turn."""
+
+    def __init__(self, timeout: float):
+        self.timeout = float(timeout)
+        self.label: str | None = None
+        self.since = 0.0
+
+    def begin(self, label: str) -> None:
+        self.since = time.monotonic()
+        self.label = label
+
+    def end(self) -> None:
+        self.label = None
+
+    def stop(self) -> None:
+        self.label = None
+
+
+def _stack_of(thread: threading.Thread) -> str:
+    """Where ``thread`` is now: its stack, innermost call last (empty when it has ended)."""
+    frame = sys._current_frames().get(thread.ident) if thread.ident is not None else None
+    return "".join(traceback.format_stack(frame)) if frame is not None else ""
+
+
+def _in_debugger(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is stopped in a debugger (pdb's ``breakpoint()``: a frame of ``bdb`` on its stack)."""
+    frame = sys._current_frames().get(thread.ident) if thread.ident is not None else None
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(("bdb.py", "pdb.py")):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class _Outbox:
@@ -65,7 +112,15 @@ class _SerialContext(WorkerContext):
 
     runtime: SerialRuntime
 
+    def step_watch(self, timeout: float) -> _StepClock:
+        """A clock of this worker's env steps, read by the main thread while it waits for the worker's turn."""
+        clock = _StepClock(timeout)
+        self.runtime._clocks[self.rank] = clock
+        return clock
+
     def should_stop(self) -> bool:
+        if self.runtime._closed:  # a worker left behind by close() (stuck in a call that returned since): end it
+            raise _Stopped
         if not self._control[0]:  # once stopping, a worker runs on to its end (its last messages, closing its envs)
             self.runtime._hand_back(self.rank)
         return bool(self._control[0]) or self.num_timesteps >= self.total_timesteps
@@ -91,6 +146,8 @@ class SerialRuntime(Runtime):
         self._parked = torch.zeros(0, dtype=torch.int64)
         self._run: tuple[int, int, int] = (0, 0, 0)  # seed, start_timesteps, total_timesteps
         self._cancelled: set[int] = set()  # workers ended before their first turn
+        self._clocks: list[_StepClock | None] = []  # each worker's env-step clock (None: its steps are not timed)
+        self._stuck: int | None = None  # the worker whose step ran past its timeout (it keeps the baton)
         self._threads_before: int | None = None
         self._validate_before: bool | None = None
         self._closed = False
@@ -110,6 +167,7 @@ class SerialRuntime(Runtime):
         self._generations = [0] * n
         self._threads = [None] * n
         self._rng = [None] * n
+        self._clocks = [None] * n
         self._threads_before = torch.get_num_threads()
         self._validate_before = torch.distributions.Distribution._validate_args
         torch.set_num_threads(1)
@@ -143,6 +201,7 @@ class SerialRuntime(Runtime):
         thread = threading.Thread(target=self._worker_main, args=(ctx, blob), name=f"sb3_async-{spec.name}", daemon=True)
         self._threads[i] = thread
         self._rng[i] = None
+        self._clocks[i] = None
         self._cancelled.discard(i)
         thread.start()
 
@@ -160,7 +219,8 @@ class SerialRuntime(Runtime):
         finally:
             with self._baton:
                 self._finished[ctx.rank] = True
-                self._turn = _MAIN
+                if self._turn == ctx.rank:  # a worker cancelled while another holds the baton leaves it there
+                    self._turn = _MAIN
                 self._baton.notify_all()
 
     def _wait_turn(self, rank: int) -> None:
@@ -195,12 +255,34 @@ class SerialRuntime(Runtime):
                 self._turn = i
                 self._baton.notify_all()
                 while self._turn != _MAIN:
-                    self._baton.wait()
+                    clock = self._clocks[i]
+                    if clock is None:
+                        self._baton.wait()
+                        continue
+                    self._baton.wait(min(0.25, clock.timeout / 4))
+                    stuck = self._stuck_step(i, clock)
+                    if stuck is not None:
+                        self._stuck = i
+                        raise stuck
         finally:
             self._rng[i] = (random.getstate(), np.random.get_state(), torch.get_rng_state())
             random.setstate(main_rng[0])
             np.random.set_state(main_rng[1])
             torch.set_rng_state(main_rng[2])
+
+    def _stuck_step(self, i: int, clock: _StepClock) -> StepTimeout | None:
+        """The error for worker ``i``'s env step if it has run past its timeout (and is not stopped in a debugger)."""
+        label, since = clock.label, clock.since
+        if label is None:
+            return None
+        stuck = time.monotonic() - since
+        thread = self._threads[i]
+        if stuck <= clock.timeout or thread is None or _in_debugger(thread):
+            return None
+        return StepTimeout(
+            f"{label} has been stuck in a step for {stuck:.0f} s (step_timeout={clock.timeout:g} s); its thread "
+            f"{thread.name} is stuck here:\n{_stack_of(thread)}"
+        )
 
     def _wait_for_baton(self, timeout: float | None) -> bool:
         """Wait until no worker holds the baton (the main thread was interrupted during a turn); False after
@@ -254,13 +336,15 @@ class SerialRuntime(Runtime):
         self._start_thread(rank)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop every worker: each runs on from its ``should_stop()`` to its end. A worker that does not end within
-        ``timeout`` (stuck in its code) is left behind as a daemon thread."""
+        """Stop every worker: each runs on from its ``should_stop()`` to its end. When a worker keeps the baton past
+        ``timeout`` (stuck in its code; at once for one whose step timed out), the others are ended where they wait for
+        their turn, and a worker thread still alive after that is left behind as a daemon thread, reported with a
+        ``RuntimeWarning`` naming it and where it is stuck."""
         if self._closed:
             return
         self.request_stop()
         try:
-            if self._wait_for_baton(timeout):
+            if self._wait_for_baton(0.0 if self._stuck is not None else timeout):
                 for i in range(len(self._specs)):
                     thread = self._threads[i]
                     if thread is None or not thread.is_alive():
@@ -274,9 +358,28 @@ class SerialRuntime(Runtime):
                     thread.join(timeout)
         finally:
             self._closed = True
-            with self._baton:
+            with self._baton:  # the workers still waiting for a turn end there (a stuck worker keeps the baton)
+                self._cancelled.update(range(len(self._specs)))
                 self._baton.notify_all()
+            self._report_left_behind(timeout)
             if self._threads_before is not None:
                 torch.set_num_threads(self._threads_before)
             if self._validate_before is not None:
                 torch.distributions.Distribution.set_default_validate_args(self._validate_before)
+
+    def _report_left_behind(self, timeout: float) -> None:
+        """Join the worker threads; warn of each one still alive (it cannot be stopped from Python)."""
+        deadline = time.monotonic() + timeout
+        for i, thread in enumerate(self._threads):
+            if thread is None or thread is threading.current_thread():
+                continue
+            thread.join(max(0.0, deadline - time.monotonic()) if i != self._stuck else 0.0)
+            if thread.is_alive():
+                warnings.warn(
+                    f"Worker {i} ({self._specs[i].name}) could not be stopped: its thread {thread.name} is stuck in a "
+                    "call that Python cannot interrupt (a blocking call or native code). It is a daemon thread, left "
+                    f"running; it ends at its next should_stop() if the call returns. It is stuck here:\n"
+                    f"{_stack_of(thread)}",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )

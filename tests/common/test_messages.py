@@ -127,3 +127,33 @@ def test_a_damaged_model_file_is_named(tmp_path):
 def test_a_replay_that_cannot_fit_is_refused_at_construction():
     with pytest.raises(ValueError, match=r"Invalid buffer_size=1000000000000: its replay would need at least [\d,.]+ GiB"):
         ApeXDQN("MlpPolicy", "CartPole-v1", n_actors=1, buffer_size=10**12)
+
+
+class CloseFails(gym.Wrapper):
+    """CartPole whose close() raises: a clean-up error that must not hide the cause of a failed start."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+
+    def close(self):
+        super().close()
+        raise RuntimeError("close failed")
+
+
+@pytest.mark.parametrize("n_hosts", [0, 1])
+def test_a_factory_that_returns_no_env_is_named_with_what_it_returned(n_hosts):
+    """The error names the factory and what it returned (type and repr), not an AttributeError of the clean-up."""
+    expected = r"The env factory of env \d \(<function .*<lambda>.*\) returned NoneType None, not an env"
+    with pytest.raises(Exception, match=expected):
+        AsyncEnvPool(lambda: None, n_envs=2, n_hosts=n_hosts)
+    with pytest.raises(TypeError, match=r"returned str 'CartPole-v1', not an env"):
+        AsyncEnvPool([CloseFails, lambda: "CartPole-v1"], n_hosts=0)  # the first env's failing close() hides nothing
+
+
+def test_a_failing_close_does_not_hide_why_the_pool_could_not_start():
+    from sb3_async.env_pool.errors import SpacesDifferError
+
+    with pytest.raises(SpacesDifferError) as info:
+        AsyncEnvPool([CloseFails, functools.partial(gym.make, "Pendulum-v1")], n_hosts=0)
+    if hasattr(info.value, "add_note"):  # Python 3.11 and later: the clean-up's failure is noted on the cause
+        assert "Closing the pool after this error also failed: RuntimeError('close failed')" in info.value.__notes__

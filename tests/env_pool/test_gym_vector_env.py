@@ -4,6 +4,7 @@ autoreset mode; gymnasium's vector wrappers on top; a CleanRL-style PPO loop on 
 from __future__ import annotations
 
 import functools
+import re
 import sys
 
 import cloudpickle
@@ -234,6 +235,18 @@ def test_cleanrl_style_ppo_runs_on_the_view():
         assert episodes > 0
     finally:
         envs.close()
+
+
+def test_a_batch_of_the_wrong_shape_names_the_expected_and_the_given_shapes():
+    make = functools.partial(gym.make, "Pendulum-v1")
+    with AsyncEnvPool([make] * 2, n_hosts=0) as pool:
+        venv = pool.as_gym_vector_env()
+        venv.reset(seed=0)
+        for given in [(3, 1), (2,)]:
+            with pytest.raises(ValueError, match=rf"expected shape \(2, 1\) .*, given shape {re.escape(str(given))}"):
+                venv.step(np.zeros(given, np.float32))
+        with pytest.raises(ValueError, match=r"expected numbers for Box.*, given a <U1 array"):
+            venv.step(np.array([["a"], ["b"]]))
 
 
 def test_errors_are_also_gymnasiums_types():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -202,6 +203,94 @@ def test_ctrl_c_during_a_worker_turn_ends_every_thread() -> None:
     with pytest.raises(KeyboardInterrupt):
         model.learn(50_000)
     assert model.num_timesteps < 50_000
+    assert our_threads() == []
+
+
+#: Holds a BlockingEnv's step until the test lets it go (so the test leaves no thread behind in pytest's process).
+RELEASE = threading.Event()
+
+
+class BlockingEnv(gym.Wrapper):
+    """CartPole whose 30th step blocks in a call Python cannot interrupt (a lock's wait), until ``RELEASE`` is set;
+    with ``interrupt=True`` it first asks for Ctrl-C in the main thread (SIGINT in 0.3 s)."""
+
+    def __init__(self, interrupt: bool = False) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.count, self.interrupt = 0, interrupt
+
+    def step(self, action):
+        self.count += 1
+        if self.count == 30:
+            if self.interrupt:
+                threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+            RELEASE.wait()
+        return self.env.step(action)
+
+
+def _run_threads() -> set[threading.Thread]:
+    return {thread for thread in threading.enumerate() if thread.name.startswith("sb3_async-") and thread not in _BEFORE}
+
+
+def _release_and_check_the_stuck_thread(left: set[threading.Thread]) -> None:
+    RELEASE.set()  # the stuck step returns: its thread ends at its next should_stop()
+    try:
+        for thread in left:
+            thread.join(10)
+        assert not any(thread.is_alive() for thread in left)
+    finally:
+        RELEASE.clear()
+
+
+def test_a_stuck_env_step_fails_learn_with_step_timeout() -> None:
+    """With backend="serial", an env whose step blocks fails learn() after step_timeout with StepTimeout (the mp
+    backend's exception) naming the env, its worker, the seconds and where it is stuck; the other worker's thread
+    ends, and the stuck one, which Python cannot stop, is reported by name."""
+    from sb3_async.runtime.processes import StepTimeout
+
+    model = small_model("A3C", BlockingEnv, backend="serial", step_timeout=2)
+    start = time.monotonic()
+    warned = r"Worker 0 \(a3c-0\) could not be stopped: its thread sb3_async-a3c-0"
+    with pytest.warns(RuntimeWarning, match=warned) as caught, pytest.raises(StepTimeout) as info:
+        model.learn(1_000_000)
+    assert time.monotonic() - start < 10
+    message = str(info.value)
+    assert re.match(r"Env 0 \(worker 0, a3c-0\) has been stuck in a step for [23] s \(step_timeout=2 s\)", message), message
+    assert "RELEASE.wait()" in message  # where it is stuck
+    assert "RELEASE.wait()" in str(caught[0].message)
+    left = _run_threads()
+    assert [thread.name for thread in left] == ["sb3_async-a3c-0"]  # the reported one only
+    _release_and_check_the_stuck_thread(left)
+
+
+def test_ctrl_c_during_a_stuck_env_step_ends_every_thread_it_can() -> None:
+    """Ctrl-C while a worker is stuck in a step (no step_timeout): learn() raises KeyboardInterrupt, the other worker's
+    thread ends, and the stuck one is reported by name rather than left silently."""
+    model = small_model("A3C", lambda: BlockingEnv(interrupt=True), backend="serial", step_timeout=None)
+    warned = r"Worker 0 \(a3c-0\) could not be stopped"
+    with pytest.warns(RuntimeWarning, match=warned), pytest.raises(KeyboardInterrupt):
+        model.learn(1_000_000)
+    left = _run_threads()
+    assert [thread.name for thread in left] == ["sb3_async-a3c-0"]
+    _release_and_check_the_stuck_thread(left)
+
+
+def test_a_slow_step_within_step_timeout_is_not_stopped() -> None:
+    """A step slower than the main thread's look (0.25 s) but within step_timeout goes on."""
+
+    class SlowEnv(gym.Wrapper):
+        def __init__(self) -> None:
+            super().__init__(gym.make("CartPole-v1"))
+            self.count = 0
+
+        def step(self, action):
+            self.count += 1
+            if self.count == 5:
+                time.sleep(0.6)
+            return self.env.step(action)
+
+    model = small_model("A3C", SlowEnv, backend="serial", step_timeout=1)
+    model.learn(100)
+    assert model.num_timesteps >= 100
     assert our_threads() == []
 
 
