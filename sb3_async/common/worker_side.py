@@ -42,6 +42,8 @@ class WorkerPolicyConfig:
     gamma: float
     #: Seconds an env step may take before the worker fails with its traceback (None: no limit)
     step_timeout: float | None = field(default=None, kw_only=True)
+    #: What the workers' leagues of past selves start from (``LeagueSeed``; None: no league yet)
+    league: Any = field(default=None, kw_only=True)
 
 
 def shared_obs_buffer(space: spaces.Space, n_envs: int) -> Any:
