@@ -30,7 +30,7 @@ from sb3_async.common.masks import mask_policy
 from sb3_async.common.policies import A3CCnnLstmPolicy, A3CCnnPolicy, SoftplusGaussianPolicy
 from sb3_async.common.returns import gae_advantages, nstep_returns
 from sb3_async.common.torch_utils import has_categorical_head, sample_actions, to_tensor
-from sb3_async.games import attach_self_play
+from sb3_async.games.league import attach_opponents
 from sb3_async.runtime import WorkerContext, WorkerSpec
 from sb3_async.validation import check_float, check_int
 
@@ -125,7 +125,7 @@ def _as_float(flags: np.ndarray) -> torch.Tensor:
 def _a3c_worker(ctx: WorkerContext, cfg: _A3CWorkerConfig) -> None:
     """A worker of supp. Algorithm S3: its ``n_envs`` envs stepped in lockstep, each segment's update from
     :meth:`A3C.loss` (one per env with ``separate_updates``)."""
-    worker = GradientWorker(ctx, cfg, attach_players=attach_self_play)  # θ' plays turn-based games' other seats
+    worker = GradientWorker(ctx, cfg, attach_players=attach_opponents)  # θ' and its league play games' other seats
     local = worker.policy  # θ'
     lstm = LstmCarry(local, cfg.n_envs) if isinstance(local, RecurrentActorCriticPolicy) else None
     # with action masks, every pass goes through the policy's masked categorical (acting, log-probabilities, entropy)

@@ -29,7 +29,7 @@ from sb3_async.common.observations import check_finite_observations, check_finit
 from sb3_async.common.returns import bootstrap_truncated_rewards
 from sb3_async.common.torch_utils import build_worker_policy
 from sb3_async.common.worker_side import StatsReporter, WorkerPolicyConfig, make_worker_envs
-from sb3_async.games import attach_self_play
+from sb3_async.games.league import attach_opponents
 from sb3_async.runtime import WorkerContext
 
 
@@ -79,7 +79,6 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
     env = make_worker_envs(ctx, cfg)
     policy = build_worker_policy(cfg.policy_class, cfg.observation_space, cfg.action_space, cfg.lr_schedule, cfg.policy_kwargs)
     policy.set_training_mode(False)
-    attach_self_play(env, policy, ctx.seed)  # turn-based games: the actor's policy plays the other seats too
     local = published_parameters(policy, cfg.published)
     shared: list[torch.Tensor] = ctx.shared["params"][:-1]
     version: torch.Tensor = ctx.shared["params"][-1]  # the learner's update count when it published them
@@ -91,6 +90,10 @@ def apex_actor(ctx: WorkerContext, cfg: ApeXActorConfig) -> None:
     builder = NStepBuilder(cfg.n_envs, cfg.n_steps, cfg.gamma)
 
     acted_with = 0  # the learner update count of the local parameters (read first: never newer than they are)
+    # turn-based games: the actor's policy plays the other seats too, or a league of its snapshots (its clock: acted_with)
+    attach_opponents(
+        env, policy, ctx.seed, rank=ctx.rank, n_workers=ctx.n_workers, updates=lambda: acted_with, league=cfg.league
+    )
 
     def synchronize() -> None:  # θ ← learner.Parameters()
         nonlocal acted_with

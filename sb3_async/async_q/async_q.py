@@ -44,7 +44,7 @@ from sb3_async.common.masks import masked_argmax, masked_epsilon_greedy, masked_
 from sb3_async.common.policies import AsyncQCnnPolicy, with_target_synced
 from sb3_async.common.returns import nstep_q_targets, one_step_q_targets, sarsa_targets
 from sb3_async.common.torch_utils import to_tensor
-from sb3_async.games import attach_self_play
+from sb3_async.games.league import attach_opponents
 from sb3_async.runtime import WorkerContext, WorkerSpec
 from sb3_async.validation import check_float, check_int
 
@@ -79,7 +79,7 @@ def _next_state_q(segment: Segment, target_q: Callable[[Any], np.ndarray]) -> np
 def _async_q_worker(ctx: WorkerContext, cfg: _AsyncQWorkerConfig) -> None:
     """A worker of supp. Algorithm S1 (n-step Q) / Algorithm 1 (one-step Q, one-step Sarsa): each segment's targets
     from the algorithm's :meth:`~AsyncQLearning.targets`, its update from :meth:`AsyncQLearning.td_loss`."""
-    worker = GradientWorker(ctx, cfg, local_module=lambda policy: policy.q_net, attach_players=attach_self_play)
+    worker = GradientWorker(ctx, cfg, local_module=lambda policy: policy.q_net, attach_players=attach_opponents)
     q_net: QNetwork = worker.policy.q_net  # θ'
     target_net: QNetwork = worker.policy.q_net_target
     shared_target: list[torch.Tensor] = ctx.shared["target_params"]  # θ⁻, read in place: no copy per segment

@@ -46,6 +46,7 @@ from sb3_async.common.callbacks import frozen_evaluations, show_final_timesteps,
 from sb3_async.common.divergence import warn_if_learning_rate_too_high
 from sb3_async.common.epsilon_greedy import epsilon_greedy_predict
 from sb3_async.common.gradient_sharing import GradientSharing
+from sb3_async.common.league_record import LeagueRecord
 from sb3_async.common.masks import check_masked_action_space, masked_policy, predict_masks
 from sb3_async.common.normalization import (
     freeze_main,
@@ -192,6 +193,9 @@ class AsyncAlgorithm(BaseAlgorithm):
     _train_stats: dict[int, dict[str, float]]
     #: The ``async/`` metrics since the last log, during a ``learn()`` call of an algorithm that counts its updates.
     _async_metrics: AsyncMetrics | None = None
+    #: The record of a league of past selves (``opponent="league"``): snapshots, results and Elo ratings, saved with
+    #: the model; the workers of the next ``learn()`` call start from it (None: never trained against a league)
+    league: LeagueRecord | None = None
 
     def __init_subclass__(cls, epsilon_greedy: bool | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -578,6 +582,7 @@ class AsyncAlgorithm(BaseAlgorithm):
             gamma=gamma,
             step_timeout=self.step_timeout,
             algorithm=type(self).__name__,
+            league=None if self.league is None else self.league.seed(),
         )
 
     # --- the supervision loop ----------------------------------------------------------------------------------
@@ -724,6 +729,8 @@ class AsyncAlgorithm(BaseAlgorithm):
             self.logger.record(f"train/{key}", float(np.mean(values)))
         if self._async_metrics is not None:
             self._async_metrics.record(self.logger, self.num_timesteps, self._async_counters() or {}, self._sample_ages())
+        if self.league is not None:
+            self.league.record(self.logger)
         self._log_extra()
         self.logger.dump(step=self.num_timesteps)
 
@@ -732,6 +739,10 @@ class AsyncAlgorithm(BaseAlgorithm):
         for info in infos:
             if "episode" in info:
                 game = info.get("game")  # a turn-based game's episode: its seat and result go with it
+                if game is not None and "opponent" in game:  # a game against the league
+                    if self.league is None:
+                        self.league = LeagueRecord()
+                    self.league.add_game(game)
                 episode = (
                     info["episode"] if game is None else {**info["episode"], "seat": game["seat"], "result": game["result"]}
                 )

@@ -111,9 +111,10 @@ class GradientWorker:
     :param ctx: the worker's context
     :param cfg: the algorithm's worker configuration
     :param local_module: picks the module holding θ' from the worker's policy (default: the whole policy)
-    :param attach_players: called with the env copies, θ' and the worker's seed before the first reset, to seat
-        players in turn-based games (the algorithms pass :func:`sb3_async.games.attach_self_play`: θ' plays the other
-        seats too)
+    :param attach_players: called with the env copies, θ' and the worker's seed before the first reset, and with
+        ``rank``, ``n_workers``, ``updates`` (the worker's update count) and ``league`` (``cfg.league``) by keyword,
+        to seat players in turn-based games (the algorithms pass :func:`sb3_async.games.league.attach_opponents`: θ'
+        plays the other seats of self-play games, a league of its snapshots those of league games)
     """
 
     def __init__(
@@ -121,7 +122,7 @@ class GradientWorker:
         ctx: WorkerContext,
         cfg: GradientWorkerConfig,
         local_module: Callable[[Any], nn.Module] = lambda policy: policy,
-        attach_players: Callable[[Any, Any, int | None], Any] | None = None,
+        attach_players: Callable[..., Any] | None = None,
     ):
         self.ctx, self.cfg = ctx, cfg
         self.env = make_worker_envs(ctx, cfg)
@@ -130,7 +131,15 @@ class GradientWorker:
         )
         self.policy.set_training_mode(True)
         if attach_players is not None:
-            attach_players(self.env, self.policy, ctx.seed)
+            attach_players(
+                self.env,
+                self.policy,
+                ctx.seed,
+                rank=ctx.rank,
+                n_workers=ctx.n_workers,
+                updates=lambda: self._own_updates,
+                league=cfg.league,
+            )
         self.shared_params: list[torch.Tensor] = ctx.shared["params"]
         self.local_params: list[torch.Tensor] = list(local_module(self.policy).parameters())  # θ'
         self.optimizer = WorkerOptimizer(
@@ -140,7 +149,7 @@ class GradientWorker:
         self.reporter = StatsReporter(ctx, env_offset=self.env_offset)
         # shared updates applied by each worker (slot `rank` written by worker `rank` alone); their sum counts them all
         self.update_counts: torch.Tensor = ctx.shared["updates"]
-        self._own_updates = int(self.update_counts[ctx.rank])
+        self._own_updates: int = int(self.update_counts[ctx.rank])
         self._updates_at_snapshot = int(self.update_counts.sum())
         self.divergence = DivergenceGuard(cfg.algorithm, self.shared_params)
         self.obs = self.env.reset()

@@ -42,6 +42,8 @@ class WorkerPolicyConfig:
     step_timeout: float | None = field(default=None, kw_only=True)
     #: The algorithm's name, for the workers' messages (a divergence names it)
     algorithm: str = field(default="the algorithm", kw_only=True)
+    #: What the workers' leagues of past selves start from (``LeagueSeed``; None: no league yet)
+    league: Any = field(default=None, kw_only=True)
 
 
 def shared_obs_buffer(space: spaces.Space, n_envs: int) -> Any:

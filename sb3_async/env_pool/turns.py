@@ -19,6 +19,9 @@ The other seats' moves come from ``opponent``:
 - ``"self"`` (the default): the policy that trains on the game plays them (self-play with one shared policy). An
   algorithm attaches its policy to the games of each of its workers (:meth:`TurnBasedGame.attach_player`); a game no
   policy was attached to (an :class:`~sb3_async.env_pool.AsyncEnvPool` used alone) plays them as ``"random"`` does;
+- ``"league"`` or an :class:`sb3_async.games.OpponentPool`: a league of past selves, each episode's opponent drawn
+  from the latest policy and snapshots of it (:mod:`sb3_async.games.league`); an algorithm attaches it as for
+  ``"self"``, and a game without it plays as ``"random"`` does;
 - ``"random"``: a uniformly random legal move;
 - a callable ``player(observation, action_mask) -> action``, for example a saved model
   (:class:`sb3_async.games.ModelPlayer`).
@@ -42,10 +45,15 @@ __all__ = ["OPPONENTS", "Player", "TurnBasedGame", "is_turn_based"]
 Player = Callable[[Any, np.ndarray], Any]
 
 #: The opponents named by a string.
-OPPONENTS = ("self", "random")
+OPPONENTS = ("self", "random", "league")
 
 #: Moves of other seats one step may play before the learner's turn must have come back (a game stuck in a loop).
 _MAX_OTHER_MOVES = 10_000
+
+
+def _is_league(opponent: Any) -> bool:
+    """Whether ``opponent`` is a league (``"league"``, or an ``OpponentPool``, marked ``is_league``)."""
+    return opponent == "league" if isinstance(opponent, str) else bool(getattr(opponent, "is_league", False))
 
 
 def is_turn_based(env: Any) -> bool:
@@ -86,18 +94,18 @@ class TurnBasedGame(gym.Env):
     """One turn-based PettingZoo AEC game as a single-agent env (see the module's notes).
 
     :param env: the AEC env, e.g. ``connect_four_v3.env()``
-    :param opponent: who plays the other seats: ``"self"``, ``"random"`` or a ``player(observation, action_mask)``
-        callable (see the module's notes)
+    :param opponent: who plays the other seats: ``"self"``, ``"league"`` (or an ``OpponentPool``), ``"random"`` or a
+        ``player(observation, action_mask)`` callable (see the module's notes)
     :param seat: the learner's seat: ``None`` (the seats take turns, episode by episode), or a seat's index or agent
         name (always that seat)
     """
 
     metadata: dict[str, Any] = {"render_modes": ["human", "rgb_array"]}
 
-    def __init__(self, env: Any, opponent: str | Player = "self", seat: int | str | None = None):
+    def __init__(self, env: Any, opponent: str | Player | Any = "self", seat: int | str | None = None):
         if isinstance(opponent, str) and opponent not in OPPONENTS:
             raise ValueError(f"Invalid opponent={opponent!r}: expected one of {', '.join(OPPONENTS)} or a callable player")
-        if not isinstance(opponent, str) and not callable(opponent):
+        if not isinstance(opponent, str) and not callable(opponent) and not _is_league(opponent):
             raise TypeError(f"Invalid opponent={opponent!r}: expected one of {', '.join(OPPONENTS)} or a callable player")
         self.env = env
         self.seats = list(env.possible_agents)
@@ -124,13 +132,15 @@ class TurnBasedGame(gym.Env):
 
     # -------------------------------------------------------------------------------------------------------- players
     def attach_player(self, player: Player | None) -> None:
-        """Let ``player`` play the other seats when ``opponent="self"`` (an algorithm attaches its policy)."""
+        """Let ``player`` play the other seats when ``opponent`` is ``"self"`` or a league (an algorithm attaches its
+        policy). A player with ``start_game()`` is told of each episode start; one with ``end_game(result)`` of each end
+        (the learner's result), and the dict it returns joins the episode's ``info["game"]``."""
         self.player = player
 
     def _other(self) -> Player | None:
         if callable(self.opponent):
             return self.opponent
-        return self.player if self.opponent == "self" else None
+        return self.player if self.opponent == "self" or _is_league(self.opponent) else None
 
     def _random_move(self, mask: np.ndarray) -> int:
         legal = np.flatnonzero(mask)
@@ -185,6 +195,9 @@ class TurnBasedGame(gym.Env):
         seat = self._episodes % len(self.seats) if self.seat is None else self.seat
         self._episodes += 1
         self._learner, self._return = self.seats[seat], 0.0
+        start_game = getattr(self._other(), "start_game", None)
+        if start_game is not None:
+            start_game()
         self._play_others()
         observation, _, _, _, info = self._learner_view()
         return observation, info
@@ -202,6 +215,9 @@ class TurnBasedGame(gym.Env):
                 "agent": self._learner,
                 "result": int(np.sign(self._return)),
             }
+            end_game = getattr(self._other(), "end_game", None)
+            if end_game is not None:
+                info["game"].update(end_game(info["game"]["result"]))
         return observation, reward, terminated, truncated, info
 
     def action_masks(self) -> np.ndarray:

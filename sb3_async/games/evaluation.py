@@ -62,7 +62,7 @@ class GameResults:
 
 def _as_player(opponent: Any, deterministic: bool) -> str | Player:
     if isinstance(opponent, str):
-        if opponent not in OPPONENTS or opponent == "self":
+        if opponent not in OPPONENTS or opponent in ("self", "league"):
             raise ValueError(f"Invalid opponent={opponent!r}: 'random', a model or a callable player")
         return opponent
     if isinstance(opponent, BaseAlgorithm):
