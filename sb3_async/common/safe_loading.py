@@ -19,11 +19,13 @@ import io
 import json
 import pickle
 import re
+import sys
 import zipfile
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from stable_baselines3.common.buffers import BaseBuffer
 
 # --- integrity digests -----------------------------------------------------------------------------------------------
 
@@ -97,20 +99,21 @@ _REPLAY_NAMES = frozenset(
 )
 
 
-def _replay_class_allowed(module: str, value: Any) -> bool:
-    """Whether ``value`` (found as ``module.<name>``) is a class a replay buffer is made of: a buffer class of SB3, a
-    class of this package's ``common/buffers/``, a gymnasium space."""
-    if not isinstance(value, type) or value.__module__ != module:
-        return False
-    from stable_baselines3.common.buffers import BaseBuffer
+#: Where the classes of a replay buffer may come from: module -> the class they must be (a prefix ending with ".":
+#: every module under it).
+_REPLAY_CLASS_MODULES: dict[str, type] = {
+    "sb3_async.common.buffers.": object,
+    "stable_baselines3.common.buffers": BaseBuffer,
+    "gymnasium.spaces.": spaces.Space,
+}
 
-    if module.startswith("sb3_async.common.buffers."):
-        return True
-    if module == "stable_baselines3.common.buffers":
-        return issubclass(value, BaseBuffer)
-    if module.startswith("gymnasium.spaces."):
-        return issubclass(value, spaces.Space)
-    return False
+
+def _replay_class_module(module: str) -> Any:
+    """The base class a replay's class found in ``module`` must have, or None when ``module`` holds none of them."""
+    for prefix, base in _REPLAY_CLASS_MODULES.items():
+        if module == prefix or (prefix.endswith(".") and module.startswith(prefix) and "__main__" not in module):
+            return base
+    return None
 
 
 class ReplayUnpickler(pickle.Unpickler):
@@ -124,9 +127,10 @@ class ReplayUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _REPLAY_NAMES:
             return super().find_class(module, name)
-        if module.partition(".")[0] in ("sb3_async", "stable_baselines3", "gymnasium") and "." not in name:
+        base = _replay_class_module(module)
+        if base is not None and "." not in name:  # a module of the buffers or spaces: importing it runs nothing else
             value = super().find_class(module, name)
-            if _replay_class_allowed(module, value):
+            if isinstance(value, type) and value.__module__ == module and issubclass(value, base):
                 return value
         raise ValueError(
             f"Invalid replay buffer file {str(self.source)!r}: it names {module}.{name}, which is not part of a replay "
@@ -144,6 +148,8 @@ def load_replay_pickle(file: Any, source: Any) -> Any:
 
 #: Where :func:`resolve_class` looks for a class named in a file: this package and the libraries it builds on.
 CLASS_ROOTS = ("sb3_async", "stable_baselines3", "sb3_contrib", "torch", "gymnasium")
+#: Of those, where a module not imported yet may be imported to find it (the others: only modules already imported).
+_IMPORTED_ROOTS = ("sb3_async", "stable_baselines3", "sb3_contrib")
 #: The attribute every model saves with the plain description that ``load(..., trusted=False)`` rebuilds from.
 PLAIN_KEY = "plain_description"
 #: Entries that are one object in the file whose plain fields are also the model's attributes of earlier versions
@@ -160,20 +166,21 @@ def class_name(value: type) -> str:
 
 def resolve_class(name: str, base: type | None = None) -> type | None:
     """The class ``name`` names (``"module:qualname"``, or ``"<class 'module.Name'>"`` as SB3's description writes
-    it), looked up only in :data:`CLASS_ROOTS` (importing a module there runs no code of the file); None when it is
-    elsewhere, not found, not a class or not a ``base``."""
+    it), looked up only in :data:`CLASS_ROOTS` (a module of PyTorch or gymnasium only when already imported; importing
+    a module there runs no code of the file); None when it is elsewhere, not found, not a class or not a ``base``."""
     match = _CLASS_REPR.match(name)
     if match is not None:
         module, _, qualname = match["name"].rpartition(".")
     else:
         module, _, qualname = name.partition(":")
-    if module.partition(".")[0] not in CLASS_ROOTS or not qualname:
+    root = module.partition(".")[0]
+    if root not in CLASS_ROOTS or not qualname or "__main__" in module.split("."):
         return None
     try:
-        value: Any = importlib.import_module(module)
+        value: Any = importlib.import_module(module) if root in _IMPORTED_ROOTS else sys.modules[module]
         for part in qualname.split("."):
             value = getattr(value, part)
-    except (ImportError, AttributeError):
+    except (ImportError, AttributeError, KeyError):
         return None
     if not isinstance(value, type) or (base is not None and not issubclass(value, base)):
         return None
@@ -224,13 +231,13 @@ def space_from_description(description: Any) -> spaces.Space | None:
             return spaces.MultiBinary(description["n"])
         if kind in ("Dict", "Tuple"):
             parts = description["spaces"]
-            rebuilt = (
-                {key: space_from_description(part) for key, part in parts.items()}
-                if kind == "Dict"
-                else {index: space_from_description(part) for index, part in enumerate(parts)}
-            )
-            if any(part is None for part in rebuilt.values()):
-                return None
+            named = parts.items() if kind == "Dict" else enumerate(parts)
+            rebuilt: dict[Any, spaces.Space] = {}
+            for key, part in named:
+                space = space_from_description(part)
+                if space is None:
+                    return None
+                rebuilt[key] = space
             return spaces.Dict(rebuilt) if kind == "Dict" else spaces.Tuple(list(rebuilt.values()))
     except (KeyError, TypeError, ValueError):
         return None
@@ -265,12 +272,36 @@ def describe_for_safe_loading(model: Any, attributes: dict[str, Any]) -> dict[st
     for key, value in (getattr(model, "policy_kwargs", None) or {}).items():
         if isinstance(value, type):
             classes[f"policy_kwargs.{key}"] = class_name(value)
-    described = {"classes": classes}
+    described: dict[str, Any] = {"classes": classes}
+    tuples = {key: _plain_tuple(value) for key, value in attributes.items() if isinstance(value, tuple)}
+    described["tuples"] = {key: value for key, value in tuples.items() if value is not None}
     for key in ("observation_space", "action_space"):
         description = describe_space(getattr(model, key, None))
         if description is not None:
             described[key] = description
     return described
+
+
+def _plain_tuple(value: tuple) -> list[Any] | None:
+    """A tuple of plain values (SB3's ``TrainFreq``: a count and an enum's value) as a JSON list; None otherwise."""
+    items = [getattr(item, "value", item) for item in value]
+    return items if all(isinstance(item, (int, float, str, bool)) for item in items) else None
+
+
+def _env_recipe_from_description(entry: dict[str, Any]) -> Any:
+    """The env recipe of a model trained on an env id (no factory, pickled env or wrapper, plain keyword
+    arguments), rebuilt from that id; None for any other recipe."""
+    from sb3_async.common.worker_envs import EnvRecipe
+
+    plain_id = isinstance(entry.get("env_id"), str) and isinstance(entry.get("env_kwargs", {}), dict)
+    if not plain_id or entry.get("factory") is not None or entry.get("pickled_env") is not None:
+        return None
+    if entry.get("vec_wrappers") != [] or entry.get("multi_agent") is not False:
+        return None
+    try:
+        return EnvRecipe(entry["env_id"], entry.get("env_kwargs") or None)
+    except Exception:  # an id not registered here: left out, as any entry not rebuilt
+        return None
 
 
 def _schedule_from_description(entry: dict[str, Any]) -> Any:
@@ -325,11 +356,18 @@ def _policy_class(cls: Any, entry: dict[str, Any], classes: dict[str, str]) -> t
 
     if "policy_class" in classes:
         return resolve_class(classes["policy_class"], BasePolicy)
-    # A file saved without the names: the algorithm's own policy whose module and docstring SB3 wrote
+
+    # A file saved without the names: the algorithm's own policy whose module, docstring and own attributes are those
+    # SB3 wrote beside the pickled class (its first-level items: the class's own attributes, printed)
+    def own_names(names: Any) -> set[str]:
+        return {name for name in names if not name.startswith(("__", ":"))}
+
     candidates = {
         policy
         for policy in getattr(cls, "policy_aliases", {}).values()
-        if policy.__module__ == entry.get("__module__") and policy.__dict__.get("__doc__") == entry.get("__doc__")
+        if policy.__module__ == entry.get("__module__")
+        and policy.__dict__.get("__doc__") == entry.get("__doc__")
+        and own_names(policy.__dict__) == own_names(entry)
     }
     return candidates.pop() if len(candidates) == 1 else None
 
@@ -346,7 +384,8 @@ def safe_model_source(
     :raises ValueError: naming the file, when the policy class or a space cannot be rebuilt without unpickling
     """
     custom = dict(custom_objects or {})
-    plain = data.get(PLAIN_KEY) if isinstance(data.get(PLAIN_KEY), dict) else {}
+    found = data.get(PLAIN_KEY)
+    plain: dict[str, Any] = found if isinstance(found, dict) else {}
     classes = plain.get("classes", {}) if isinstance(plain.get("classes"), dict) else {}
     rewritten: dict[str, Any] = {}
     skipped: list[str] = []
@@ -385,6 +424,10 @@ def safe_model_source(
             continue
         elif key in classes:
             value = resolve_class(classes[key])
+        elif isinstance(plain.get("tuples"), dict) and isinstance(plain["tuples"].get(key), list):
+            value = tuple(plain["tuples"][key])
+        elif str(entry.get(":type:")) == "<class 'sb3_async.common.worker_envs.EnvRecipe'>":
+            value = _env_recipe_from_description(entry)
         elif key == "policy_kwargs":
             value = _policy_kwargs_from_description(entry, classes)
             if value is None:

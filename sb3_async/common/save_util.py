@@ -2,7 +2,9 @@
 
 - Saves that a crash cannot half-write: ``save()`` and ``save_replay_buffer()`` write a temporary file next to the
   target and rename it over the target once it is complete, so a process killed mid-save leaves the previous file.
-- What ``load()`` checks before SB3 reads a model file: that it is a complete model zip, saved by this algorithm.
+- What ``load()`` checks before SB3 reads a model file: that it is a complete model zip, saved by this algorithm,
+  whose parts match their saved digests and whose saved arguments pass the constructor's checks.
+- Replay files read through the restricted unpickler of :mod:`sb3_async.common.safe_loading`.
 """
 
 from __future__ import annotations
@@ -134,8 +136,8 @@ def check_pickled_class(path: Any, expected: type) -> None:
 
     The class comes from the file's first global reference, read without running anything; it is resolved only in
     ``sb3_async`` and ``stable_baselines3``, or in a module this process has already imported. This refuses a file
-    that holds something else (another program's pickle, code), but no check can make a crafted pickle safe: unpickling
-    runs code, so load only files you trust. An open file instead of a path is not checked.
+    that holds something else (another program's pickle, code) with a message naming what it holds; what follows
+    the first class is for :func:`load_replay`'s restricted unpickler. An open file instead of a path is not checked.
 
     :raises ValueError: the file holds another object, or no class at all
     """
