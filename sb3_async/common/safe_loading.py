@@ -151,7 +151,7 @@ CLASS_ROOTS = ("sb3_async", "stable_baselines3", "sb3_contrib", "torch", "gymnas
 #: Of those, where a module not imported yet may be imported to find it (the others: only modules already imported).
 _IMPORTED_ROOTS = ("sb3_async", "stable_baselines3", "sb3_contrib")
 #: The attribute every model saves with the plain description that ``load(..., trusted=False)`` rebuilds from.
-PLAIN_KEY = "plain_description"
+PLAIN_KEY = "_plain_description"
 #: Entries that are one object in the file whose plain fields are also the model's attributes of earlier versions
 #: (the algorithms rebuild the object from those: ``GradientSharing.from_saved_attributes``).
 _FLATTENED = {"gradient_sharing": ("optimizer_name", "optimizer_kwargs", "max_grad_norm", "separate_updates")}

@@ -278,7 +278,8 @@ def check_saved_arguments(cls: Any, data: dict[str, Any], given: dict[str, Any],
     try:
         cls(policy=policy, env=None, device="cpu", _init_setup_model=False, **arguments)
     except (TypeError, ValueError) as error:
-        raise type(error)(f"{error} (in the model file {str(path)!r})") from error
+        kind = TypeError if isinstance(error, TypeError) else ValueError
+        raise kind(f"{error} (in the model file {str(path)!r})") from error
 
 
 def _model_path(path: Any) -> Any:

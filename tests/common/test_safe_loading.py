@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import cloudpickle
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -147,12 +148,31 @@ def test_safe_load_runs_nothing_a_model_file_holds_and_the_model_predicts(tmp_pa
     assert not marker.exists()
     actions, _ = safe.predict(OBS, deterministic=True)
     np.testing.assert_array_equal(actions, expected)
-    assert safe.lr_schedule(1.0) == pytest.approx(7e-4)  # rebuilt from the saved learning_rate
+    assert safe.lr_schedule(1.0) == model.lr_schedule(1.0)  # rebuilt from the saved learning_rate
     assert (safe.observation_space, safe.action_space) == (model.observation_space, model.action_space)
     assert safe.gradient_sharing.max_grad_norm == model.gradient_sharing.max_grad_norm  # from its plain fields
 
     A3C.load(path)  # trusted (the default): SB3's behaviour, the file's objects unpickled
     assert marker.exists()
+
+
+def test_safe_load_takes_the_spaces_of_the_env_given_when_the_file_does_not_describe_them(tmp_path):
+    marker, path = tmp_path / "ran", tmp_path / "model.zip"
+    A3C("MlpPolicy", "CartPole-v1", n_workers=1, seed=0).save(path)
+
+    def plant(data):
+        del data["_plain_description"]
+        data["observation_space"] = _serialized(_Payload(marker))
+
+    _rewrite(path, plant)
+    with pytest.raises(ValueError, match=r"its observation_space cannot be rebuilt without unpickling; pass the env"):
+        A3C.load(path, trusted=False)
+    env = gym.make("CartPole-v1")
+    safe = A3C.load(path, env=env, trusted=False)
+    assert not marker.exists()
+    assert safe.observation_space == env.observation_space
+    assert safe.predict(OBS[0], deterministic=True)[0] in (0, 1)
+    safe.get_env().close()
 
 
 @pytest.mark.parametrize(
