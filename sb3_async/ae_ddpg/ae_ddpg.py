@@ -46,15 +46,7 @@ from sb3_async.common.dpg_update import ddpg_policy_kwargs, dpg_update
 from sb3_async.common.masks import check_masked_action_space
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
-from sb3_async.common.save_util import (
-    PathLike,
-    atomic_write,
-    check_pickled_class,
-    load_checked,
-    mark_saved_class,
-    replay_file_errors,
-    save_replay_atomically,
-)
+from sb3_async.common.save_util import PathLike, load_checked, load_replay, save_model_atomically, save_replay_atomically
 from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settings, soft_update
 from sb3_async.env_pool import AsyncEnvPool
 from sb3_async.env_pool.factories import load_pickled_env
@@ -280,9 +272,7 @@ class AEDDPG(TD3):
         :param exclude: attributes not to save, in addition to the default ones
         :param include: attributes to save that would otherwise be excluded
         """
-        mark_saved_class(self)
-        with atomic_write(path, "zip") as file:
-            super().save(file, exclude, include)
+        save_model_atomically(self, super().save, path, exclude, include)
 
     @classmethod
     def load(  # type: ignore[override]
@@ -293,12 +283,22 @@ class AEDDPG(TD3):
         custom_objects: dict[str, Any] | None = None,
         print_system_info: bool = False,
         force_reset: bool = True,
+        trusted: bool = True,
         **kwargs: Any,
     ) -> SelfAEDDPG:
-        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by AEDDPG (another algorithm's
-        file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file). As with SB3, a model file holds
-        pickled objects, and loading it runs the code they name: load only files you trust."""
-        return load_checked(cls, super().load, path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by AEDDPG whose parts match
+        their saved digests (another algorithm's file, e.g. SB3's, a truncated or altered file raises ``ValueError``
+        naming the file) and whose saved arguments pass the constructor's checks.
+
+        :param trusted: True (SB3's behaviour): the pickled objects the file holds (the noise, the replay's class,
+            schedules) are unpickled, which runs the code they name: for your own files. False, for files from others:
+            nothing is unpickled; classes are found by name in this package and the libraries it builds on, spaces
+            rebuilt from their plain description (or the env given), SB3's schedules from their parameters, and what
+            cannot be rebuilt keeps the constructor's default (a warning names it)
+        """
+        return load_checked(
+            cls, super().load, path, env, device, custom_objects, print_system_info, force_reset, trusted, **kwargs
+        )
 
     def save_replay_buffer(self, path: PathLike | io.BufferedIOBase) -> None:
         """Save the replay buffer as a pickle file (SB3's ``save_replay_buffer``); a path is replaced only once the
@@ -310,13 +310,12 @@ class AEDDPG(TD3):
 
     def load_replay_buffer(self, path: Any, truncate_last_traj: bool = True) -> None:
         """SB3's ``load_replay_buffer``, for a buffer with one Memory column (the one AEDDPG saves); the running
-        episodes' caches are dropped (their rows were in the replaced Memory). The file is a pickle, and unpickling
-        runs the code it names: its class is checked first, but load only files you trust."""
+        episodes' caches are dropped (their rows were in the replaced Memory). The file is a pickle, read so that it
+        calls nothing but what a replay buffer is made of (:func:`~sb3_async.common.save_util.load_replay`): a file
+        that names anything else is refused with a ``ValueError`` before it runs."""
         previous = self.replay_buffer
-        check_pickled_class(path, ReplayBuffer)
-        with replay_file_errors(path):
-            super().load_replay_buffer(path, truncate_last_traj)
-        assert self.replay_buffer is not None
+        self.replay_buffer = load_replay(path, ReplayBuffer, self.verbose)
+        self.replay_buffer.device = self.device  # as SB3's: the device of the model loading it
         if self.replay_buffer.n_envs != 1:
             n_columns, self.replay_buffer = self.replay_buffer.n_envs, previous
             raise ValueError(

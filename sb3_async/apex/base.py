@@ -28,7 +28,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from stable_baselines3.common.save_util import load_from_pkl
 from stable_baselines3.common.type_aliases import Schedule
 
 from sb3_async.apex.actor import ApeXActing, ApeXActorConfig, apex_actor, published_parameters
@@ -39,7 +38,7 @@ from sb3_async.common.buffers.masked import MaskedPrioritizedReplayBuffer
 from sb3_async.common.buffers.prioritized import PrioritizedArrays, PrioritizedReplayBuffer, check_replay_memory
 from sb3_async.common.divergence import DivergenceGuard
 from sb3_async.common.masks import masking_supported
-from sb3_async.common.save_util import PathLike, check_pickled_class, replay_file_errors, save_replay_atomically
+from sb3_async.common.save_util import PathLike, load_replay, save_replay_atomically
 from sb3_async.runtime import Runtime, WorkerSpec
 from sb3_async.runtime.processes import EXIT_UNGUARDED_MAIN, WorkerError
 from sb3_async.validation import check_float, check_int, check_replay_sizes
@@ -212,20 +211,13 @@ class ApeXAlgorithm(AsyncAlgorithm):
 
     def load_replay_buffer(self, path: Any, truncate_last_traj: bool = True) -> None:
         """Load a replay buffer (transitions and priorities) saved by :meth:`save_replay_buffer`. The file is a pickle,
-        and unpickling runs the code it names: its class is checked first (:func:`check_pickled_class`), but load only
-        files you trust.
+        read without calling anything but what a replay buffer is made of (:func:`~sb3_async.common.save_util.load_replay`):
+        a file that names anything else is refused with a ``ValueError`` before it runs.
 
         :param path: the pickle file
         :param truncate_last_traj: unused (SB3's argument for ``HerReplayBuffer``; the zoo passes it)
         """
-        check_pickled_class(path, PrioritizedReplayBuffer)
-        with replay_file_errors(path):
-            buffer = load_from_pkl(path, self.verbose)
-        if not isinstance(buffer, PrioritizedReplayBuffer):
-            raise TypeError(
-                f"Invalid replay buffer in {path!r}: expected a PrioritizedReplayBuffer, got {type(buffer).__name__}"
-            )
-        self.replay_buffer = buffer
+        self.replay_buffer = load_replay(path, PrioritizedReplayBuffer, self.verbose)
 
     # --- actors ----------------------------------------------------------------------------------------------------
 

@@ -56,7 +56,7 @@ from sb3_async.common.normalization import (
     statistics_state,
 )
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_observation_space
-from sb3_async.common.save_util import PathLike, atomic_write, load_checked, mark_saved_class
+from sb3_async.common.save_util import PathLike, load_checked, save_model_atomically
 from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settings, usable_cpus
 from sb3_async.common.worker_envs import EnvRecipe, TemplateVecEnv
 from sb3_async.common.worker_side import read_obs, shared_obs_buffer
@@ -385,9 +385,7 @@ class AsyncAlgorithm(BaseAlgorithm):
         """
         if self._vec_normalize_env is not None:
             self._normalization_state = statistics_state(self._vec_normalize_env)
-        mark_saved_class(self)
-        with atomic_write(path, "zip") as file:
-            super().save(file, exclude, include)
+        save_model_atomically(self, super().save, path, exclude, include)
 
     @classmethod
     def load(  # type: ignore[override]
@@ -398,14 +396,31 @@ class AsyncAlgorithm(BaseAlgorithm):
         custom_objects: dict[str, Any] | None = None,
         print_system_info: bool = False,
         force_reset: bool = True,
+        trusted: bool = True,
         **kwargs: Any,
     ) -> SelfAsyncAlgorithm:
-        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by this algorithm (another
-        algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file). As with SB3, a model
-        file holds pickled objects (the env recipe, schedules), and loading it runs the code they name: load only
-        files you trust. The worker counts under the constructor's names are applied to the loaded model
-        (:meth:`_pop_load_options`)."""
-        return load_checked(cls, super().load, path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by this algorithm whose parts
+        match their saved digests (another algorithm's file, e.g. SB3's, a truncated or altered file raises
+        ``ValueError`` naming the file) and whose saved arguments pass the constructor's checks (its error). The worker
+        counts under the constructor's names are applied to the loaded model (:meth:`_pop_load_options`).
+
+        :param trusted: True (SB3's behaviour): the pickled objects the file holds (the env recipe, schedules) are
+            unpickled, which runs the code they name: for your own files. False, for files from others: nothing is
+            unpickled; classes are found by name in this package and the libraries it builds on, spaces rebuilt from
+            their plain description (or the env given), SB3's schedules from their parameters, and what cannot be
+            rebuilt keeps the constructor's default (a warning names it; without the env recipe, pass an env to learn)
+        """
+        return load_checked(
+            cls, super().load, path, env, device, custom_objects, print_system_info, force_reset, trusted, **kwargs
+        )
+
+    @classmethod
+    def _arguments_checked_on_load(cls, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The saved constructor arguments that ``load()`` checks (:func:`~sb3_async.common.save_util.check_saved_arguments`),
+        without what depends on this machine: the backend and its options are checked here, and the worker count is
+        not bounded by this machine's CPUs (a model trained on a larger machine still loads)."""
+        check_backend(arguments.pop("backend", "mp"), arguments.pop("backend_kwargs", None))
+        return {**arguments, "backend": "serial"}
 
     def get_vec_normalize_env(self) -> VecNormalize | None:
         """The ``VecNormalize`` of the training env (live shared statistics during ``learn()``); for a model loaded

@@ -2,7 +2,9 @@
 
 - Saves that a crash cannot half-write: ``save()`` and ``save_replay_buffer()`` write a temporary file next to the
   target and rename it over the target once it is complete, so a process killed mid-save leaves the previous file.
-- What ``load()`` checks before SB3 reads a model file: that it is a complete model zip, saved by this algorithm.
+- What ``load()`` checks before SB3 reads a model file: that it is a complete model zip, saved by this algorithm,
+  whose parts match their saved digests and whose saved arguments pass the constructor's checks.
+- Replay files read through the restricted unpickler of :mod:`sb3_async.common.safe_loading`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import importlib
+import inspect
 import io
 import json
 import os
@@ -25,7 +28,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.save_util import save_to_pkl
+from stable_baselines3.common.save_util import open_path, save_to_pkl
+
+from sb3_async.common.safe_loading import (
+    PLAIN_KEY,
+    add_digests,
+    check_digests,
+    describe_for_safe_loading,
+    load_replay_pickle,
+    safe_model_source,
+)
 
 #: What a file path may be (SB3 also accepts open binary files, written in place).
 PathLike = str | os.PathLike
@@ -124,8 +136,8 @@ def check_pickled_class(path: Any, expected: type) -> None:
 
     The class comes from the file's first global reference, read without running anything; it is resolved only in
     ``sb3_async`` and ``stable_baselines3``, or in a module this process has already imported. This refuses a file
-    that holds something else (another program's pickle, code), but no check can make a crafted pickle safe: unpickling
-    runs code, so load only files you trust. An open file instead of a path is not checked.
+    that holds something else (another program's pickle, code) with a message naming what it holds; what follows
+    the first class is for :func:`load_replay`'s restricted unpickler. An open file instead of a path is not checked.
 
     :raises ValueError: the file holds another object, or no class at all
     """
@@ -179,21 +191,136 @@ def replay_file_errors(path: Any) -> Iterator[None]:
         ) from error
 
 
-def load_checked(cls: Any, sb3_load: Callable[..., Any], path: Any, *args: Any, **kwargs: Any) -> Any:
-    """``sb3_load(path, *args, **kwargs)`` (SB3's ``load()``), after checking that ``path`` is a complete model zip saved by
-    ``cls`` (another algorithm's file, e.g. SB3's, or a truncated file raises ``ValueError`` naming the file), with the
-    module names of :data:`RENAMED_MODULES` importable while it unpickles. The keyword arguments of ``cls``'s own that
-    SB3's ``load()`` does not know (its ``_pop_load_options``, when it has one) are applied to the loaded model (its
-    ``_apply_load_options``)."""
+def load_checked(
+    cls: Any,
+    sb3_load: Callable[..., Any],
+    path: Any,
+    env: Any = None,
+    device: Any = "auto",
+    custom_objects: dict[str, Any] | None = None,
+    print_system_info: bool = False,
+    force_reset: bool = True,
+    trusted: bool = True,
+    **kwargs: Any,
+) -> Any:
+    """``sb3_load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)`` (SB3's ``load()``),
+    after checking that ``path`` is a complete model zip saved by ``cls`` whose parts match the digests saved with
+    them (another algorithm's file, e.g. SB3's, a truncated or altered file raises ``ValueError`` naming the file and
+    the part) and whose saved arguments pass the constructor's checks (the constructor's error), with the module
+    names of :data:`RENAMED_MODULES` importable while it unpickles. The keyword arguments of ``cls``'s own that SB3's
+    ``load()`` does not know (its ``_pop_load_options``, when it has one) are applied to the loaded model (its
+    ``_apply_load_options``).
+
+    :param trusted: False: no entry of the file is unpickled (:func:`~sb3_async.common.safe_loading.safe_model_source`);
+        the entries left out are named in a warning
+    """
+    if not isinstance(trusted, bool):
+        raise TypeError(f"Invalid trusted={trusted!r}: expected True (unpickle the file's objects) or False")
+    path = _model_path(path)
+    data = _read_data(path)
     if cls.saved_class_marker is not None:
-        check_saved_class(path, cls, marker=cls.saved_class_marker)
+        check_saved_class(path, cls, marker=cls.saved_class_marker, data=data)
     pop_options = getattr(cls, "_pop_load_options", None)
     options = pop_options(kwargs) if pop_options is not None else {}
+    if data is not None:
+        check_saved_arguments(cls, data, {**kwargs, **options}, path)
+    source = path
+    if not trusted and data is not None:
+        source, custom_objects, skipped = safe_model_source(cls, _read_bytes(path), data, env, custom_objects, path)
+        if skipped:
+            warnings.warn(
+                f"load(..., trusted=False) of {path!r} left out the pickled entries {', '.join(skipped)}: the "
+                "constructor's defaults stand for them (load with trusted=True a file you trust to restore them)",
+                stacklevel=3,
+            )
     with renamed_modules():
-        model = sb3_load(path, *args, **kwargs)
+        model = sb3_load(source, env, device, custom_objects, print_system_info, force_reset, **kwargs)
     if options:
         model._apply_load_options(options)
     return model
+
+
+#: Constructor parameters that the saved arguments are not checked against: what load() passes itself, and
+#: ``policy_kwargs`` (completed by the constructor, saved completed).
+_UNCHECKED_PARAMETERS = ("self", "policy", "env", "device", "_init_setup_model", "policy_kwargs")
+
+
+def check_saved_arguments(cls: Any, data: dict[str, Any], given: dict[str, Any], path: Any) -> None:
+    """Run ``cls``'s constructor checks on the arguments saved in ``data`` (the plain ones, each under its
+    constructor name: ``cls.workers_argument`` for ``n_workers``...) and on those ``given`` to
+    ``load()``: a file whose ``n_workers`` was edited to -3 fails here with the constructor's message, not at the
+    first ``learn()``. Checks that depend on this machine (``cls._arguments_checked_on_load``) are left to
+    ``learn()``.
+
+    :raises TypeError, ValueError: the constructor's, with the file named
+    """
+    parameters = inspect.signature(cls).parameters
+    saved_names = {  # constructor name -> the attribute saved (Ape-X: n_actors -> n_workers)
+        getattr(cls, "workers_argument", "n_workers"): "n_workers",
+        getattr(cls, "envs_argument", "n_envs_per_worker"): "n_envs_per_worker",
+    }
+    given_names = {saved_names.get(name, name): value for name, value in given.items()}
+    arguments: dict[str, Any] = {}
+    for name in parameters:
+        if name in _UNCHECKED_PARAMETERS:
+            continue
+        attribute = saved_names.get(name, name)
+        if name in given:
+            arguments[name] = given[name]
+        elif attribute in given_names:
+            arguments[name] = given_names[attribute]
+        elif attribute in data and not (isinstance(data[attribute], dict) and ":serialized:" in data[attribute]):
+            arguments[name] = data[attribute]
+    adjust = getattr(cls, "_arguments_checked_on_load", None)
+    if adjust is not None:
+        arguments = adjust(arguments)
+    policy = next(iter(getattr(cls, "policy_aliases", {})), None)
+    try:
+        cls(policy=policy, env=None, device="cpu", _init_setup_model=False, **arguments)
+    except (TypeError, ValueError) as error:
+        kind = TypeError if isinstance(error, TypeError) else ValueError
+        raise kind(f"{error} (in the model file {str(path)!r})") from error
+
+
+def _model_path(path: Any) -> Any:
+    """The file SB3's ``load()`` reads for ``path``: ``.zip`` added when ``path`` does not exist but that file does."""
+    if isinstance(path, (str, os.PathLike)) and not os.path.exists(path) and os.path.exists(f"{os.fspath(path)}.zip"):
+        return f"{os.fspath(path)}.zip"
+    return path
+
+
+def _read_bytes(path: Any) -> bytes:
+    if isinstance(path, (str, os.PathLike)):
+        return pathlib.Path(path).read_bytes()
+    start = path.tell()
+    try:
+        return path.read()
+    finally:
+        path.seek(start)
+
+
+def load_replay(path: Any, expected: type, verbose: int = 0) -> Any:
+    """The replay buffer in the pickle file ``path`` (SB3's ``load_from_pkl``: ``.pkl`` added when the name has
+    none, or an open binary file), an ``expected``: its class checked before reading it (:func:`check_pickled_class`),
+    then read through :class:`~sb3_async.common.safe_loading.ReplayUnpickler`, which refuses anything but what a
+    replay buffer holds (a ``ValueError`` naming it and the file) before calling it.
+
+    :raises ValueError: another object's file, a name a replay does not hold, a truncated or corrupt file
+    :raises TypeError: a replay buffer that is not an ``expected``
+    """
+    check_pickled_class(path, expected)
+    name = getattr(path, "name", path)
+    with replay_file_errors(path):
+        file = open_path(path, "r", verbose=verbose, suffix="pkl")
+        try:
+            buffer = load_replay_pickle(file, name)
+        finally:
+            if isinstance(path, (str, os.PathLike)):
+                file.close()
+    if not isinstance(buffer, expected):
+        got = type(buffer).__name__
+        raise TypeError(f"Invalid replay buffer in {str(name)!r}: expected a {expected.__name__}, got {got}")
+    return buffer
 
 
 def save_replay_atomically(model: BaseAlgorithm, path: PathLike | io.BufferedIOBase) -> None:
@@ -231,7 +358,11 @@ def renamed_modules() -> Iterator[None]:
 SAVED_CLASS_KEY = "saved_class_name"
 
 
-def _read_data(path: Any) -> dict[str, Any]:
+def _read_data(path: Any) -> dict[str, Any] | None:
+    """The ``data`` of the model zip ``path`` (JSON: nothing unpickled), once the zip is complete, every entry's
+    checksum right and every part matches its saved digest; None when ``path`` does not exist (SB3 says so)."""
+    if isinstance(path, (str, os.PathLike)) and not os.path.exists(path):
+        return None
     start = path.tell() if isinstance(path, io.IOBase) else None
     try:
         with zipfile.ZipFile(path) as archive:
@@ -242,6 +373,7 @@ def _read_data(path: Any) -> dict[str, Any]:
             corrupt = archive.testzip()  # every entry's checksum: a damaged file fails here, naming the entry
             if corrupt is not None:
                 raise ValueError(f"Invalid model file {path!r}: its entry {corrupt!r} is corrupt (checksum mismatch)")
+            check_digests(archive, path)
             data = json.loads(archive.read("data"))
     except (zipfile.BadZipFile, EOFError, json.JSONDecodeError, zipfile.LargeZipFile, zlib.error) as error:
         raise ValueError(f"Invalid model file {path!r}: not a complete model zip ({error})") from error
@@ -251,16 +383,15 @@ def _read_data(path: Any) -> dict[str, Any]:
     return data
 
 
-def check_saved_class(path: Any, cls: type, marker: str) -> None:
+def check_saved_class(path: Any, cls: type, marker: str, data: dict[str, Any] | None = None) -> None:
     """Raise ``ValueError`` naming ``path`` unless it is a complete model zip saved by ``cls`` (or one of its bases or
     subclasses): the class name every sb3_async model saves, or for files saved before it, ``marker``, an attribute
     that only ``cls``'s family saves. Another algorithm's file (SB3's DQN for ``ApeXDQN``, A2C for ``A3C``) would
-    otherwise load and fail later, or train with the wrong hyperparameters."""
-    if isinstance(path, (str, os.PathLike)) and not os.path.exists(path):
-        if not os.path.exists(f"{os.fspath(path)}.zip"):
-            return  # SB3 says the file does not exist
-        path = f"{os.fspath(path)}.zip"  # SB3 adds the suffix too
-    data = _read_data(path)
+    otherwise load and fail later, or train with the wrong hyperparameters. ``data``: the file's, when already read."""
+    if data is None:
+        data = _read_data(_model_path(path))
+    if data is None:
+        return  # SB3 says the file does not exist
     saved = data.get(SAVED_CLASS_KEY)
     if isinstance(saved, str):
         family = {klass.__name__ for klass in cls.__mro__} | {klass.__name__ for klass in _subclasses(cls)}
@@ -278,8 +409,21 @@ def check_saved_class(path: Any, cls: type, marker: str) -> None:
 
 
 def mark_saved_class(model: Any) -> None:
-    """Record ``model``'s class name among the attributes ``save()`` writes, for :func:`check_saved_class`."""
+    """Record ``model``'s class name among the attributes ``save()`` writes, for :func:`check_saved_class`, and the
+    plain description ``load(..., trusted=False)`` rebuilds from."""
     setattr(model, SAVED_CLASS_KEY, type(model).__name__)
+    setattr(model, PLAIN_KEY, describe_for_safe_loading(model, vars(model)))
+
+
+def save_model_atomically(model: Any, sb3_save: Callable[..., None], path: Any, exclude: Any, include: Any) -> None:
+    """``sb3_save(file, exclude, include)`` (SB3's ``save()``) through :func:`atomic_write`, the zip completed with
+    the SHA-256 digest of each of its parts (:func:`~sb3_async.common.safe_loading.add_digests`)."""
+    mark_saved_class(model)
+    with atomic_write(path, "zip") as file:
+        buffer = io.BytesIO()
+        sb3_save(buffer, exclude, include)
+        add_digests(buffer)
+        file.write(buffer.getbuffer())
 
 
 def _subclasses(cls: type) -> set[type]:
