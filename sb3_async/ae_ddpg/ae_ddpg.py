@@ -274,31 +274,8 @@ class AEDDPG(TD3):
         """
         save_model_atomically(self, super().save, path, exclude, include)
 
-    @classmethod
-    def load(  # type: ignore[override]
-        cls: type[SelfAEDDPG],
-        path: Any,
-        env: Any = None,
-        device: Any = "auto",
-        custom_objects: dict[str, Any] | None = None,
-        print_system_info: bool = False,
-        force_reset: bool = True,
-        trusted: bool = True,
-        **kwargs: Any,
-    ) -> SelfAEDDPG:
-        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by AEDDPG whose parts match
-        their saved digests (another algorithm's file, e.g. SB3's, a truncated or altered file raises ``ValueError``
-        naming the file) and whose saved arguments pass the constructor's checks.
-
-        :param trusted: True (SB3's behaviour): the pickled objects the file holds (the noise, the replay's class,
-            schedules) are unpickled, which runs the code they name: for your own files. False, for files from others:
-            nothing is unpickled; classes are found by name in this package and the libraries it builds on, spaces
-            rebuilt from their plain description (or the env given), SB3's schedules from their parameters, and what
-            cannot be rebuilt keeps the constructor's default (a warning names it)
-        """
-        return load_checked(
-            cls, super().load, path, env, device, custom_objects, print_system_info, force_reset, trusted, **kwargs
-        )
+    #: SB3's ``load()`` after checks of the file and of its saved arguments, with ``trusted=False`` for files from others
+    load = classmethod(load_checked)  # type: ignore[assignment]
 
     def save_replay_buffer(self, path: PathLike | io.BufferedIOBase) -> None:
         """Save the replay buffer as a pickle file (SB3's ``save_replay_buffer``); a path is replaced only once the

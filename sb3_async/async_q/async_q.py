@@ -70,7 +70,11 @@ def _q_values(q_net: QNetwork, obs: Any) -> np.ndarray:
         return q_net(to_tensor(obs)).numpy()
 
 
-def _next_state_q(segment: Segment, target_q: Callable[[Any], np.ndarray]) -> np.ndarray:
+#: Q(·; θ⁻) of a batch of observations: the target network's values, ``(n_obs, n_actions)``
+TargetQ = Callable[[Any], np.ndarray]
+
+
+def _next_state_q(segment: Segment, target_q: TargetQ) -> np.ndarray:
     """Q(s_{t+1}, ·; θ⁻) of each step of a segment, shape ``(n_steps, n_envs, n_actions)``."""
     next_q = target_q(stack_steps([*segment.obs[1:], segment.next_obs]))
     return next_q.reshape(len(segment), len(segment.rewards[0]), next_q.shape[-1])
@@ -298,9 +302,7 @@ class AsyncQLearning(AsyncAlgorithm, epsilon_greedy=True):
         return self.worker_final_eps
 
     @staticmethod
-    def targets(
-        segment: Segment, target_q: Callable[[Any], np.ndarray], next_action: np.ndarray | None, gamma: float
-    ) -> np.ndarray:
+    def targets(segment: Segment, target_q: TargetQ, next_action: np.ndarray | None, gamma: float) -> np.ndarray:
         """The targets y of a segment's steps, shape ``(n_steps, n_envs)``; each subclass computes its own.
 
         :param segment: the steps, from :meth:`~sb3_async.common.gradient_sharing.GradientWorker.collect`
@@ -372,9 +374,7 @@ class AsyncOneStepQ(AsyncQLearning):
     target = "one_step_q"
 
     @staticmethod
-    def targets(
-        segment: Segment, target_q: Callable[[Any], np.ndarray], next_action: np.ndarray | None, gamma: float
-    ) -> np.ndarray:
+    def targets(segment: Segment, target_q: TargetQ, next_action: np.ndarray | None, gamma: float) -> np.ndarray:
         """``y = r + γ max_a' Q(s', a'; θ⁻)``, ``r`` at a terminal state (with action masks: the max over the legal
         actions of s')."""
         next_q = _next_state_q(segment, target_q)
@@ -397,9 +397,7 @@ class AsyncSarsa(AsyncQLearning):
     target = "sarsa"
 
     @staticmethod
-    def targets(
-        segment: Segment, target_q: Callable[[Any], np.ndarray], next_action: np.ndarray | None, gamma: float
-    ) -> np.ndarray:
+    def targets(segment: Segment, target_q: TargetQ, next_action: np.ndarray | None, gamma: float) -> np.ndarray:
         """``y = r + γ Q(s', a'; θ⁻)`` with ``a'`` the action taken in ``s'`` (``next_action`` after the segment's
         last step), ``r`` at a terminal state."""
         assert next_action is not None
@@ -419,9 +417,7 @@ class AsyncNStepQ(AsyncQLearning):
     target = "n_step_q"
 
     @staticmethod
-    def targets(
-        segment: Segment, target_q: Callable[[Any], np.ndarray], next_action: np.ndarray | None, gamma: float
-    ) -> np.ndarray:
+    def targets(segment: Segment, target_q: TargetQ, next_action: np.ndarray | None, gamma: float) -> np.ndarray:
         """``y_t = Σ_k γ^k r_{t+k} + γ^(n-t) max_a Q(s_n, a; θ⁻)``, from the state after the segment (s_n; its legal
         actions with action masks), cut at terminal states."""
         rewards, dones = np.stack(segment.rewards), np.stack(segment.dones)

@@ -387,32 +387,8 @@ class AsyncAlgorithm(BaseAlgorithm):
             self._normalization_state = statistics_state(self._vec_normalize_env)
         save_model_atomically(self, super().save, path, exclude, include)
 
-    @classmethod
-    def load(  # type: ignore[override]
-        cls: type[SelfAsyncAlgorithm],
-        path: Any,
-        env: Any = None,
-        device: Any = "auto",
-        custom_objects: dict[str, Any] | None = None,
-        print_system_info: bool = False,
-        force_reset: bool = True,
-        trusted: bool = True,
-        **kwargs: Any,
-    ) -> SelfAsyncAlgorithm:
-        """SB3's ``load()``, after checking that ``path`` is a complete model zip saved by this algorithm whose parts
-        match their saved digests (another algorithm's file, e.g. SB3's, a truncated or altered file raises
-        ``ValueError`` naming the file) and whose saved arguments pass the constructor's checks (its error). The worker
-        counts under the constructor's names are applied to the loaded model (:meth:`_pop_load_options`).
-
-        :param trusted: True (SB3's behaviour): the pickled objects the file holds (the env recipe, schedules) are
-            unpickled, which runs the code they name: for your own files. False, for files from others: nothing is
-            unpickled; classes are found by name in this package and the libraries it builds on, spaces rebuilt from
-            their plain description (or the env given), SB3's schedules from their parameters, and what cannot be
-            rebuilt keeps the constructor's default (a warning names it; without the env recipe, pass an env to learn)
-        """
-        return load_checked(
-            cls, super().load, path, env, device, custom_objects, print_system_info, force_reset, trusted, **kwargs
-        )
+    #: SB3's ``load()`` after checks of the file and of its saved arguments, with ``trusted=False`` for files from others
+    load = classmethod(load_checked)  # type: ignore[assignment]
 
     @classmethod
     def _arguments_checked_on_load(cls, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,15 @@ def with_target_synced(policy: DQNPolicy) -> DQNPolicy:
     return policy
 
 
+def mnih_cnn_defaults(policy: str, observation_space: spaces.Space, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A CNN policy's keyword arguments with the paper's :class:`MnihCNN` as default features extractor and no hidden
+    layer after it (``net_arch=[]``), after checking that ``observation_space`` suits the extractor
+    (:func:`check_image_observations`)."""
+    kwargs = {"features_extractor_class": MnihCNN, "net_arch": [], **kwargs}
+    check_image_observations(policy, observation_space, kwargs["features_extractor_class"])
+    return kwargs
+
+
 def check_image_observations(policy: str, observation_space: spaces.Space, features_extractor_class: type) -> None:
     """``ValueError`` naming ``policy`` and the space unless the space holds images, channels first (a ``Box`` of shape
     ``(channels, height, width)``), when the policy's features extractor is :class:`MnihCNN` (a convolution of images;
@@ -195,9 +204,7 @@ class A3CCnnPolicy(ActorCriticCnnPolicy):
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, **kwargs: Any):
-        kwargs.setdefault("features_extractor_class", MnihCNN)
-        kwargs.setdefault("net_arch", [])
-        check_image_observations("CnnPolicy", observation_space, kwargs["features_extractor_class"])
+        kwargs = mnih_cnn_defaults("CnnPolicy", observation_space, kwargs)
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
 
@@ -211,9 +218,7 @@ class A3CCnnLstmPolicy(RecurrentActorCriticCnnPolicy):
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, **kwargs: Any):
-        kwargs.setdefault("features_extractor_class", MnihCNN)
-        kwargs.setdefault("net_arch", [])
-        check_image_observations("CnnLstmPolicy", observation_space, kwargs["features_extractor_class"])
+        kwargs = mnih_cnn_defaults("CnnLstmPolicy", observation_space, kwargs)
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
 
@@ -222,9 +227,7 @@ class AsyncQCnnPolicy(DQNCnnPolicy):
     unit for each action representing the action-value" (supp. §2): no extra hidden layer by default."""
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Schedule, **kwargs: Any):
-        kwargs.setdefault("features_extractor_class", MnihCNN)
-        kwargs.setdefault("net_arch", [])
-        check_image_observations("CnnPolicy", observation_space, kwargs["features_extractor_class"])
+        kwargs = mnih_cnn_defaults("CnnPolicy", observation_space, kwargs)
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)  # type: ignore[arg-type]
 
 

@@ -193,7 +193,6 @@ def replay_file_errors(path: Any) -> Iterator[None]:
 
 def load_checked(
     cls: Any,
-    sb3_load: Callable[..., Any],
     path: Any,
     env: Any = None,
     device: Any = "auto",
@@ -203,16 +202,20 @@ def load_checked(
     trusted: bool = True,
     **kwargs: Any,
 ) -> Any:
-    """``sb3_load(path, env, device, custom_objects, print_system_info, force_reset, **kwargs)`` (SB3's ``load()``),
-    after checking that ``path`` is a complete model zip saved by ``cls`` whose parts match the digests saved with
-    them (another algorithm's file, e.g. SB3's, a truncated or altered file raises ``ValueError`` naming the file and
-    the part) and whose saved arguments pass the constructor's checks (the constructor's error), with the module
-    names of :data:`RENAMED_MODULES` importable while it unpickles. The keyword arguments of ``cls``'s own that SB3's
-    ``load()`` does not know (its ``_pop_load_options``, when it has one) are applied to the loaded model (its
-    ``_apply_load_options``).
+    """SB3's ``load()`` (``cls.load``: the algorithms take this function as their ``load`` classmethod), after checking
+    that ``path`` is a complete model zip saved by ``cls`` whose parts match the digests saved with them (another
+    algorithm's file, e.g. SB3's, a truncated or altered file raises ``ValueError`` naming the file and the part) and
+    whose saved arguments pass the constructor's checks (the constructor's error), with the module names of
+    :data:`RENAMED_MODULES` importable while it unpickles. The keyword arguments of ``cls``'s own that SB3's ``load()``
+    does not know (the worker counts under the constructor's names: ``cls._pop_load_options``, when it has one) are
+    applied to the loaded model (its ``_apply_load_options``).
 
-    :param trusted: False: no entry of the file is unpickled (:func:`~sb3_async.common.safe_loading.safe_model_source`);
-        the entries left out are named in a warning
+    :param trusted: True (SB3's behaviour): the pickled objects the file holds (the env recipe, schedules, noise) are
+        unpickled, which runs the code they name: for your own files. False, for files from others: nothing is
+        unpickled (:func:`~sb3_async.common.safe_loading.safe_model_source`); classes are found by name in this package
+        and the libraries it builds on, spaces rebuilt from their plain description (or the env given), SB3's
+        schedules from their parameters, and what cannot be rebuilt keeps the constructor's default (a warning names
+        it; without the env recipe, pass an env to learn)
     """
     if not isinstance(trusted, bool):
         raise TypeError(f"Invalid trusted={trusted!r}: expected True (unpickle the file's objects) or False")
@@ -234,7 +237,9 @@ def load_checked(
                 stacklevel=3,
             )
     with renamed_modules():
-        model = sb3_load(source, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+        model = BaseAlgorithm.load.__func__(  # type: ignore[attr-defined]
+            cls, source, env, device, custom_objects, print_system_info, force_reset, **kwargs
+        )
     if options:
         model._apply_load_options(options)
     return model
