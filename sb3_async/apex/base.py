@@ -148,7 +148,7 @@ class ApeXAlgorithm(AsyncAlgorithm):
             warnings.warn(
                 f"{type(self).__name__}.learn() ends after {steps} env steps, before the replay holds "
                 f"learning_starts={self.learning_starts} transitions ({stored} now): the learner will take no gradient "
-                "step. Train longer, or lower learning_starts (its default is the paper's, for Atari).",
+                "step. Train longer, or lower learning_starts.",
                 UserWarning,
                 stacklevel=3,
             )
