@@ -730,13 +730,20 @@ class AsyncAlgorithm(BaseAlgorithm):
         for info in infos:
             if "episode" in info:
                 game = info.get("game")  # a turn-based game's episode: its seat and result go with it
-                if game is not None and "opponent" in game:  # a game against the league
-                    if self.league is None:
-                        self.league = LeagueRecord()
-                    self.league.add_game(game)
+                # the games that ended before the learner's first move (episodes of no step), then this one
+                games = [] if game is None else [*game.get("ended_at_reset", ()), game]
+                for played in games:
+                    if "opponent" in played:  # a game against the league
+                        if self.league is None:
+                            self.league = LeagueRecord()
+                        self.league.add_game(played)
                 episode = (
                     info["episode"] if game is None else {**info["episode"], "seat": game["seat"], "result": game["result"]}
                 )
+                for ended in games[:-1]:
+                    self.ep_info_buffer.append(
+                        {"r": ended["r"], "l": 0, "t": episode.get("t", 0.0), "seat": ended["seat"], "result": ended["result"]}
+                    )
                 self.ep_info_buffer.append(episode)
             if "is_success" in info:
                 self.ep_success_buffer.append(info["is_success"])

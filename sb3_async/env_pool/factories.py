@@ -13,6 +13,7 @@ import cloudpickle
 import gymnasium as gym
 
 from sb3_async.env_pool.host import EnvFactory
+from sb3_async.env_pool.multi_agent import is_multi_agent
 
 
 def load_pickled_env(blob: bytes) -> gym.Env:
@@ -20,7 +21,7 @@ def load_pickled_env(blob: bytes) -> gym.Env:
     return cloudpickle.loads(blob)
 
 
-def pickled_env_factory(env: gym.Env) -> EnvFactory:
+def pickled_env_factory(env: Any) -> EnvFactory:
     """A factory of copies of ``env`` (each host unpickles its own)."""
     buffer = io.BytesIO()
     try:
@@ -45,7 +46,7 @@ def make_factories(
         return [functools.partial(gym.make, spec, **(env_kwargs or {}))] * count
     if env_kwargs:
         raise ValueError("env_kwargs applies to an env id only; pass them to your factory instead")
-    if isinstance(env, gym.Env):
+    if isinstance(env, gym.Env) or is_multi_agent(env):  # a PettingZoo env too: each copy a pickled one
         return [pickled_env_factory(env)] * count
     if callable(env):
         return [env] * count

@@ -373,6 +373,11 @@ def agent_slots_factory(factory: Callable[[], Any]) -> AgentSlots:
     env = factory()
     if not is_multi_agent(env):
         raise ValueError(f"agent_id=True applies to multi-agent PettingZoo envs only, got {env}")
+    if is_turn_based(env):
+        raise ValueError(
+            f"Invalid agent_id=True for {env}: a turn-based game is one slot per copy (the learner's seat, its observation"
+            " the seat's own), so there is no agent index to append; drop agent_id"
+        )
     return AgentSlots(env, agent_id=True)
 
 

@@ -12,7 +12,17 @@ transition runs from one of the learner's turns to its next, and only the seat t
   last move), so a win is +1 on the winner's last move and a loss -1 on the loser's last move, also when the
   opponent's move ends the game;
 - the last info of an episode holds ``info["game"] = {"seat": k, "agent": name, "result": r}``, ``r`` the sign of the
-  learner's return (1 win, 0 draw, -1 loss), for per-seat statistics.
+  learner's return (1 win, 0 draw, -1 loss), for per-seat statistics;
+- a game that ends before the learner's first move (the opponent folds, resigns or wins at once) is played to its end
+  inside :meth:`~TurnBasedGame.reset`, which then starts the next game, until the learner has a move: no episode
+  starts at a finished state. Such games are reported with the next episode's end, in
+  ``info["game"]["ended_at_reset"]``: a list of ``{"seat", "agent", "result", "r"}`` (``r`` the learner's reward),
+  which ``learn()`` counts in its per-seat statistics as episodes of no step;
+- an episode cut short (truncated) where the learner has no legal move ends as terminated instead: nothing can be
+  bootstrapped from a state without a legal action, so its value is 0, as a terminal state's.
+
+Games of more than two seats (Hanabi with 3 to 5 players) work the same way: every seat but the learner's is played by
+the opponent, and the learner's reward is its own (in a cooperative game, the team's reward as its seat gets it).
 
 The other seats' moves come from ``opponent``:
 
@@ -49,6 +59,9 @@ OPPONENTS = ("self", "random", "league")
 
 #: Moves of other seats one step may play before the learner's turn must have come back (a game stuck in a loop).
 _MAX_OTHER_MOVES = 10_000
+
+#: Games one reset may see end before the learner's first move before it gives up (a game that never lets it move).
+_MAX_GAMES_PER_RESET = 1_000
 
 
 def _is_league(opponent: Any) -> bool:
@@ -129,6 +142,8 @@ class TurnBasedGame(gym.Env):
         self.n_actions = int(self.action_space.n)
         self._mask = np.ones(self.n_actions, dtype=bool)
         self._return = 0.0
+        #: The games that ended before the learner's first move since the last episode's end (see the module's notes)
+        self._ended_at_reset: list[dict[str, Any]] = []
 
     # -------------------------------------------------------------------------------------------------------- players
     def attach_player(self, player: Player | None) -> None:
@@ -187,38 +202,65 @@ class TurnBasedGame(gym.Env):
         observation, self._mask = self._split(raw, info)
         return observation, float(reward), bool(terminated), bool(truncated), dict(info)
 
+    def _end_game(self, result: int) -> dict[str, Any]:
+        """The ``info["game"]`` of a game that ended with the learner's ``result``, what the player of the other seats
+        adds to it (a league's opponent) included."""
+        game = {"seat": self.seats.index(self._learner), "agent": self._learner, "result": result}
+        end_game = getattr(self._other(), "end_game", None)
+        if end_game is not None:
+            game.update(end_game(result))
+        return game
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Start the next game and play the other seats up to the learner's first move; a game that ends before it is
+        counted (see the module's notes) and the next one started, so the observation returned is always one the
+        learner moves from."""
         super().reset(seed=seed)
         if seed is not None:
             self._rng = np.random.default_rng(seed)
-        self.env.reset(seed=seed, options=options)
-        seat = self._episodes % len(self.seats) if self.seat is None else self.seat
-        self._episodes += 1
-        self._learner, self._return = self.seats[seat], 0.0
-        start_game = getattr(self._other(), "start_game", None)
-        if start_game is not None:
-            start_game()
-        self._play_others()
-        observation, _, _, _, info = self._learner_view()
-        return observation, info
+        for game in range(_MAX_GAMES_PER_RESET):
+            # the env's own generator goes on from the seed for the games after the first
+            self.env.reset(seed=seed if game == 0 else None, options=options)
+            seat = self._episodes % len(self.seats) if self.seat is None else self.seat
+            self._episodes += 1
+            self._learner, self._return = self.seats[seat], 0.0
+            start_game = getattr(self._other(), "start_game", None)
+            if start_game is not None:
+                start_game()
+            self._play_others()
+            if not self.env.agents:  # every seat left: the game ended with no observation for the learner
+                self._mask = np.zeros(self.n_actions, dtype=bool)
+                self._ended_at_reset.append({**self._end_game(0), "r": 0.0})
+                continue
+            observation, reward, terminated, truncated, info = self._learner_view()
+            if not (terminated or truncated):
+                return observation, info
+            self._ended_at_reset.append({**self._end_game(int(np.sign(reward))), "r": reward})
+        raise RuntimeError(
+            f"{self.env}: {_MAX_GAMES_PER_RESET} games in a row ended before the learner's first move (seat "
+            f"{self._learner!r}); a game the learner never moves in cannot be learned"
+        )
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        if self.env.agent_selection != self._learner:
+        if self.env.agent_selection != self._learner or self._ended():
             raise RuntimeError(f"{self.env}: step() called after the episode ended; call reset()")
         self.env.step(int(action))
         self._play_others()
         observation, reward, terminated, truncated, info = self._learner_view()
         self._return += reward
+        if truncated and not terminated and not self._mask.any():
+            # cut short where the learner has no legal move: nothing to bootstrap from, its value is 0 (a terminal's)
+            terminated, truncated = True, False
         if terminated or truncated:
-            info["game"] = {
-                "seat": self.seats.index(self._learner),
-                "agent": self._learner,
-                "result": int(np.sign(self._return)),
-            }
-            end_game = getattr(self._other(), "end_game", None)
-            if end_game is not None:
-                info["game"].update(end_game(info["game"]["result"]))
+            info["game"] = self._end_game(int(np.sign(self._return)))
+            if self._ended_at_reset:
+                info["game"]["ended_at_reset"], self._ended_at_reset = self._ended_at_reset, []
         return observation, reward, terminated, truncated, info
+
+    def _ended(self) -> bool:
+        """Whether the learner's episode is over (its seat terminated, truncated or gone)."""
+        env, learner = self.env, self._learner
+        return learner not in env.agents or bool(env.terminations.get(learner)) or bool(env.truncations.get(learner))
 
     def action_masks(self) -> np.ndarray:
         """The learner's legal actions (True: legal), sb3-contrib's ``action_masks()``."""

@@ -81,7 +81,8 @@ def play_games(
     seed: int | None = None,
 ) -> GameResults:
     """Play ``n_games`` of the turn-based game against ``opponent``, the seats alternating (``n_games / seats`` at each),
-    the moves from ``model.predict(obs, action_masks=mask)``: never an illegal one.
+    the moves from ``model.predict(obs, action_masks=mask)``: never an illegal one. A game that ends before the model's
+    first move (the opponent folds) counts as one of them.
 
     :param model: anything with SB3's ``predict`` and ``action_masks`` (our algorithms, ``MaskablePPO``)
     :param game: a factory of the PettingZoo AEC env, e.g. ``connect_four_v3.env``
@@ -100,14 +101,18 @@ def play_games(
     rng = np.random.default_rng(seed)
     for seat in range(len(seats)):
         env = TurnBasedGame(game(), opponent=player, seat=seat)
-        for _ in range(n_games // len(seats) + (seat < n_games % len(seats))):
+        quota, played = n_games // len(seats) + (seat < n_games % len(seats)), 0
+        while played < quota:
             observation, _ = env.reset(seed=int(rng.integers(2**31)))
             done, info = False, dict[str, Any]()
             while not done:
                 action, _ = model.predict(observation, action_masks=env.action_masks(), deterministic=deterministic)
                 observation, _, terminated, truncated, info = env.step(int(np.asarray(action).reshape(-1)[0]))
                 done = terminated or truncated
-            results.add(seat, info["game"]["result"])
+            # the games that ended before the model's first move count too (the opponent folded, resigned...)
+            for game_info in [*info["game"].get("ended_at_reset", ()), info["game"]][: quota - played]:
+                results.add(seat, game_info["result"])
+                played += 1
         env.close()
     return results
 

@@ -77,7 +77,7 @@ class ModelPlayer:
     """Plays a seat with a trained model: ``model.predict(observation, action_masks=mask)``.
 
     :param model: the model, or the path of a saved one (loaded with ``algorithm.load`` where the player first plays,
-        so that the player pickles as a path)
+        so that the player pickles as a path; a path with no file, nor with ``.zip`` added, is refused here)
     :param algorithm: the model's class, with a path (e.g. ``A3C``; sb3-contrib's ``MaskablePPO`` works too)
     :param deterministic: ``predict``'s ``deterministic``
     """
@@ -88,7 +88,11 @@ class ModelPlayer:
         if not isinstance(model, BaseAlgorithm):
             if algorithm is None:
                 raise ValueError("ModelPlayer needs algorithm= (the model's class, e.g. A3C) to load a saved model")
+            if not isinstance(model, (str, os.PathLike)):
+                raise TypeError(f"Invalid model={model!r}: expected a model or the path of a saved one")
             model = os.fspath(model)
+            if not (os.path.isfile(model) or os.path.isfile(model + ".zip")):  # load() adds ".zip" as SB3's does
+                raise FileNotFoundError(f"Invalid model={model!r}: no saved model at this path (nor at {model + '.zip'!r})")
         self.model: Any = model
         self.algorithm: Any = algorithm
         self.deterministic = deterministic

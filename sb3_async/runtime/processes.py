@@ -74,6 +74,8 @@ class WorkerError(RuntimeError):
             how = f"failed with exit code {exitcode}"
         message = f"Worker {rank} ({name}) {how}"
         if worker_traceback:
+            raised = worker_traceback.rstrip().rpartition("\n")[2].strip()  # the error itself first, then where
+            message += f" ({raised})" if raised and not raised.startswith("File ") else ""
             message += f". Its traceback:\n{worker_traceback}"
         elif exitcode == EXIT_STUCK:
             message += (
