@@ -567,7 +567,8 @@ def test_create(make_vector):
 def test_metadata(make_vector):
     """Port of test_sync_vector_env.py::test_metadata_sync_vector_env and
     test_async_vector_env.py::test_metadata_async_vector_env: each view's metadata holds its autoreset mode, a copy
-    that leaves the envs' (class-level) metadata alone."""
+    that leaves the envs' (class-level) metadata alone (read with get_attr, where SyncVectorEnv's test reads
+    ``envs.envs[0].metadata``: see :data:`DIFFERENCES`)."""
     envs_1 = make_vector([seeded_env("CartPole-v1", 0)], NEXT)
     envs_2 = make_vector([seeded_env("CartPole-v1", 1)], SAME)
     assert envs_1.metadata["autoreset_mode"] == NEXT
