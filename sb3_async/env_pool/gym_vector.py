@@ -119,12 +119,15 @@ def _observation_spaces(pool: AsyncEnvPool, mode: Any) -> tuple[spaces.Space, sp
             )
         return mode[1], mode[0]  # gymnasium's order: (batch, single)
     if mode == "same":
-        if (differs := pool.differing_observation_space()) is not None:
-            raise SpacesDifferError(
-                f"observation_mode='same' needs every env to have the same observation space: {differs}; "
-                "observation_mode='different' takes spaces that differ in bounds"
+        single = pool.observation_space(0)
+        if pool.differing_observation_space() is not None:
+            i, space = next((i, space) for i in range(1, pool.n_envs) if (space := pool.observation_space(i)) != single)
+            raise SpacesDifferError(  # gymnasium's words, which its tests match
+                f"PoolVectorEnv(..., observation_mode='same') however the sub-environments observation spaces are not "
+                f"equivalent. single_observation_space={single}, sub-environment observation_space={space} (env {i}). "
+                "If this is intentional, use `observation_mode='different'` instead."
             )
-        return pool.observation_space(0), batch_space(pool.observation_space(0), pool.n_envs)
+        return single, batch_space(single, pool.n_envs)
     if mode == "different":
         return pool.observation_space(0), batch_differing_spaces([pool.observation_space(i) for i in range(pool.n_envs)])
     raise ValueError(

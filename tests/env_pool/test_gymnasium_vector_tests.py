@@ -18,6 +18,7 @@ import functools
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -133,12 +134,28 @@ PORTED = {
     "utils/test_space_utils.py::test_batch_differing_discrete_spaces_dtype": "test_batch_differing_discrete_spaces_dtype",
 }
 
+#: The ported gymnasium tests that fail as they are on the view (gymnasium's files run with the view in place of
+#: SyncVectorEnv and AsyncVectorEnv), for a deliberate difference of the view, and how their ports check it instead.
+DIFFERENCES = {
+    "test_sync_vector_env.py::test_metadata_sync_vector_env": "it reads the env's metadata through SyncVectorEnv.envs;"
+    " the view has no list of envs (they live in the env hosts, as AsyncVectorEnv's do): test_metadata reads it with"
+    " get_attr('metadata')",
+    "test_sync_vector_env.py::test_check_spaces_sync_vector_env": "it matches SyncVectorEnv's message, which names"
+    " SyncVectorEnv; AsyncEnvPool itself refuses envs whose observations differ in shape or dtype, when it starts them"
+    " (SpacesDifferError, a RuntimeError, naming the env): test_check_spaces matches the pool's message",
+    "test_async_vector_env.py::test_async_vector_subenv_error": "it counts the warnings AsyncVectorEnv's workers log"
+    " for an env's error (the view logs none, as SyncVectorEnv: its error carries the env's traceback), and it steps"
+    " envs with actions outside their action space ([0, 1, 2] for Box(0, 1, (1,))), which the view refuses before any"
+    " env steps (a ValueError): test_subenv_error checks both, and the env's own ValueError with valid actions",
+}
+
 #: How many test functions gymnasium 1.4's tests/vector holds (its 9 test files).
 N_GYMNASIUM_VECTOR_TESTS = 67
 
 
 def test_every_gymnasium_vector_test_is_accounted_for():
     assert not NOT_PORTED.keys() & PORTED.keys()
+    assert DIFFERENCES.keys() <= PORTED.keys()
     assert len(NOT_PORTED) + len(PORTED) == N_GYMNASIUM_VECTOR_TESTS
     module = sys.modules[__name__]
     for port in set(PORTED.values()):
@@ -550,7 +567,8 @@ def test_create(make_vector):
 def test_metadata(make_vector):
     """Port of test_sync_vector_env.py::test_metadata_sync_vector_env and
     test_async_vector_env.py::test_metadata_async_vector_env: each view's metadata holds its autoreset mode, a copy
-    that leaves the envs' (class-level) metadata alone."""
+    that leaves the envs' (class-level) metadata alone (read with get_attr, where SyncVectorEnv's test reads
+    ``envs.envs[0].metadata``: see :data:`DIFFERENCES`)."""
     envs_1 = make_vector([seeded_env("CartPole-v1", 0)], NEXT)
     envs_2 = make_vector([seeded_env("CartPole-v1", 1)], SAME)
     assert envs_1.metadata["autoreset_mode"] == NEXT
@@ -632,10 +650,19 @@ def test_set_attr(make_vector):
 def test_check_spaces():
     """Port of test_sync_vector_env.py::test_check_spaces_sync_vector_env and
     test_async_vector_env.py::test_check_spaces_async_vector_env: envs with different spaces are refused with a
-    RuntimeError."""
-    env_fns = [seeded_env("CartPole-v1", i) for i in range(4)]
+    RuntimeError; SyncVectorEnv's message names SyncVectorEnv, the pool's names the env (see :data:`DIFFERENCES`)."""
+    env_fns = [seeded_env("CartPole-v1", i) for i in range(8)]
     env_fns[1] = seeded_env("FrozenLake-v1", 1)
-    with pytest.raises(RuntimeError, match="observation space"):
+    if REFERENCE:
+        message = re.escape(
+            "SyncVectorEnv(..., observation_mode='same') however the sub-environments observation spaces are not equivalent."
+        )
+    else:
+        message = (
+            r"Env 1 has observation space Discrete\(16\), env 0 has Box\(.*\): the envs' observations must have the same "
+            "shapes and dtypes"
+        )
+    with pytest.raises(RuntimeError, match=message):
         if REFERENCE:
             SyncVectorEnv(env_fns)
         else:
@@ -774,17 +801,38 @@ def error_step(env: FnEnv, action: Any) -> tuple[Any, float, bool, bool, dict]:
 
 def test_subenv_error(make_vector):
     """Port of test_async_vector_env.py::test_async_vector_subenv_error: an env's exception reaches the caller as its
-    type (a ValueError here), from reset and from step. (AsyncVectorEnv's warnings from its worker function are its
-    own machinery: the pool's error carries the env's traceback instead.)"""
+    type (a ValueError here), from reset and from step, with no warning (AsyncVectorEnv's workers log three; the
+    view's error carries the env's traceback, as the second of those does). Gymnasium's test steps its envs, whose
+    actions are Box(0, 1, (1,)), with [0, 1, 2]: the view refuses those before any env steps, with a ValueError
+    (see :data:`DIFFERENCES`); with valid actions the envs raise their own."""
     box, discrete = Box(0, 1, (1,)), Discrete(3)
     envs = make_vector(fn_envs(2, observation_space=box, action_space=discrete, reset_fn=error_reset, step_fn=error_step))
-    envs.reset(seed=[0, 0])
-    with pytest.raises(ValueError, match="Error in reset") as caught:
-        envs.reset(seed=[1, 0])
+    with warnings.catch_warnings(record=True) as caught_warnings:
+        warnings.simplefilter("always")
+        envs.reset(seed=[0, 0])
+        with pytest.raises(ValueError, match="Error in reset") as caught:
+            envs.reset(seed=[1, 0])
+    assert not caught_warnings, [str(warning.message) for warning in caught_warnings]
     if not REFERENCE:
         assert "Env 0 of the AsyncEnvPool raised in reset()" in str(caught.value)
+        # the env's traceback, as AsyncVectorEnv's warning has it (its source lines when the host can read them)
+        traceback = r'in error_reset\n(    raise ValueError\("Error in reset"\)\n)?ValueError: Error in reset\n'
+        assert re.search(traceback, str(caught.value)), str(caught.value)
+
     envs = make_vector(fn_envs(3, observation_space=box, action_space=discrete, reset_fn=error_reset, step_fn=error_step))
-    with pytest.raises(ValueError, match="Error in step with [12]"):
+    with warnings.catch_warnings(record=True) as caught_warnings:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match="Error in step with [12]") as caught:
+            envs.step([0, 1, 2])
+    assert not caught_warnings, [str(warning.message) for warning in caught_warnings]
+    if not REFERENCE:
+        line = r'(    raise ValueError\(f"Error in step with \{action\}"\)\n)?'
+        traceback = rf"in error_step\n{line}ValueError: Error in step with [12]\n"
+        assert re.search(traceback, str(caught.value)), str(caught.value)
+
+    envs = make_vector(fn_envs(3, observation_space=box, action_space=box, reset_fn=error_reset, step_fn=error_step))
+    envs.reset(seed=[0, 0, 0])
+    with pytest.raises(ValueError, match="Error in step with 1" if REFERENCE else re.escape("Invalid actions [0, 1, 2]")):
         envs.step([0, 1, 2])
 
 
@@ -1009,12 +1057,9 @@ def box_envs(*spaces: Space) -> list[Callable[[], gym.Env]]:
 
 
 def vector_over(env_fns: list[Callable[[], gym.Env]], **vector_kwargs: Any) -> VectorEnv:
-    """The pool's view (SyncVectorEnv for the reference) with gymnasium's vector keyword arguments; the pool's view
-    has one observation mode, gymnasium's "same", its default."""
+    """The pool's view (SyncVectorEnv for the reference) with gymnasium's vector keyword arguments (observation_mode)."""
     if REFERENCE:
         return SyncVectorEnv(env_fns, **vector_kwargs)
-    if vector_kwargs.get("observation_mode") == "same":
-        del vector_kwargs["observation_mode"]
     return AsyncEnvPool(env_fns, n_hosts=1).as_gym_vector_env(**vector_kwargs)
 
 
@@ -1029,8 +1074,13 @@ def test_invalid_observation_mode():
 
 
 def test_obs_mode_same_different_spaces():
-    """Port of test_observation_mode.py::test_obs_mode_same_different_spaces: envs whose spaces differ are refused."""
-    with pytest.raises((AssertionError, RuntimeError), match="observation space|observation_space"):
+    """Port of test_observation_mode.py::test_obs_mode_same_different_spaces: envs whose spaces differ are refused, in
+    gymnasium's words."""
+    message = (
+        "the sub-environments observation spaces are not equivalent. .*"
+        "If this is intentional, use `observation_mode='different'` instead."
+    )
+    with pytest.raises((AssertionError, RuntimeError), match=message):
         vector_over(box_envs(*[Box(0, i, (2,)) for i in range(1, 4)]), observation_mode="same")
 
 
@@ -1055,7 +1105,7 @@ def test_obs_mode_different_different_spaces(observation_mode):
 @pytest.mark.parametrize("observation_mode", ["same", "different", "custom"])
 def test_obs_mode_different_different_shapes(observation_mode):
     """Port of test_observation_mode.py::test_obs_mode_different_different_shapes: envs whose observation shapes
-    differ are refused whatever the mode (the pool's view: with its only mode, "same")."""
+    differ are refused whatever the mode."""
     if observation_mode == "custom":
         observation_mode = (Box(0, 4, (3, 5)), Box(0, 4, (5,)))
     with pytest.raises((AssertionError, RuntimeError, ValueError)):
@@ -1065,7 +1115,7 @@ def test_obs_mode_different_different_shapes(observation_mode):
 @pytest.mark.parametrize("observation_mode", ["same", "different", "custom"])
 def test_mixed_observation_spaces(observation_mode):
     """Port of test_observation_mode.py::test_mixed_observation_spaces: envs with spaces of different kinds are refused
-    whatever the mode (the pool's view: with its only mode, "same")."""
+    whatever the mode."""
     if observation_mode == "custom":
         observation_mode = (Box(0, 4, (3, 5)), Box(0, 4, (5,)))
     spaces = [Box(0, 1, (3,)), Discrete(5), Dict({"a": Discrete(2), "b": Box(0, 1, (2,))})]
