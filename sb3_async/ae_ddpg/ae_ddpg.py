@@ -46,7 +46,14 @@ from sb3_async.common.dpg_update import ddpg_policy_kwargs, dpg_update
 from sb3_async.common.masks import check_masked_action_space
 from sb3_async.common.noise import RandomWalkActionNoise
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_finite_observations, check_observation_space
-from sb3_async.common.save_util import PathLike, load_checked, load_replay, save_model_atomically, save_replay_atomically
+from sb3_async.common.save_util import (
+    PathLike,
+    backend_checked_apart,
+    load_checked,
+    load_replay,
+    save_model_atomically,
+    save_replay_atomically,
+)
 from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settings, soft_update
 from sb3_async.env_pool import AsyncEnvPool
 from sb3_async.env_pool.factories import load_pickled_env
@@ -276,6 +283,12 @@ class AEDDPG(TD3):
 
     #: SB3's ``load()`` after checks of the file and of its saved arguments, with ``trusted=False`` for files from others
     load = classmethod(load_checked)  # type: ignore[assignment]
+
+    @classmethod
+    def _arguments_checked_on_load(cls, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The saved constructor arguments that ``load()`` checks, the backend apart
+        (:func:`~sb3_async.common.save_util.backend_checked_apart`; the pool's options are checked with ``"mp"``)."""
+        return backend_checked_apart(arguments, stand_in="mp")
 
     def save_replay_buffer(self, path: PathLike | io.BufferedIOBase) -> None:
         """Save the replay buffer as a pickle file (SB3's ``save_replay_buffer``); a path is replaced only once the

@@ -56,7 +56,7 @@ from sb3_async.common.normalization import (
     statistics_state,
 )
 from sb3_async.common.observations import SB3_OBSERVATION_SPACES, check_observation_space
-from sb3_async.common.save_util import PathLike, load_checked, save_model_atomically
+from sb3_async.common.save_util import PathLike, backend_checked_apart, load_checked, save_model_atomically
 from sb3_async.common.torch_utils import check_torch_threads, learner_cpu_settings, usable_cpus
 from sb3_async.common.worker_envs import EnvRecipe, TemplateVecEnv
 from sb3_async.common.worker_side import read_obs, shared_obs_buffer
@@ -395,8 +395,7 @@ class AsyncAlgorithm(BaseAlgorithm):
         """The saved constructor arguments that ``load()`` checks (:func:`~sb3_async.common.save_util.check_saved_arguments`),
         without what depends on this machine: the backend and its options are checked here, and the worker count is
         not bounded by this machine's CPUs (a model trained on a larger machine still loads)."""
-        check_backend(arguments.pop("backend", "mp"), arguments.pop("backend_kwargs", None))
-        return {**arguments, "backend": "serial"}
+        return backend_checked_apart(arguments, stand_in="serial")
 
     def get_vec_normalize_env(self) -> VecNormalize | None:
         """The ``VecNormalize`` of the training env (live shared statistics during ``learn()``); for a model loaded

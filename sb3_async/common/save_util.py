@@ -38,6 +38,7 @@ from sb3_async.common.safe_loading import (
     load_replay_pickle,
     safe_model_source,
 )
+from sb3_async.validation import check_backend
 
 #: What a file path may be (SB3 also accepts open binary files, written in place).
 PathLike = str | os.PathLike
@@ -285,6 +286,15 @@ def check_saved_arguments(cls: Any, data: dict[str, Any], given: dict[str, Any],
     except (TypeError, ValueError) as error:
         kind = TypeError if isinstance(error, TypeError) else ValueError
         raise kind(f"{error} (in the model file {str(path)!r})") from error
+
+
+def backend_checked_apart(arguments: dict[str, Any], stand_in: str) -> dict[str, Any]:
+    """Saved constructor ``arguments`` for :func:`check_saved_arguments` with their ``backend`` and
+    ``backend_kwargs`` checked here (:func:`~sb3_async.validation.check_backend`) and the backend replaced by
+    ``stand_in``, so that the constructor's checks do not depend on this machine: no import of Ray (a model trained on
+    a cluster loads and predicts without it), no bound on the worker count from this machine's CPUs."""
+    check_backend(arguments.pop("backend", "mp"), arguments.pop("backend_kwargs", None))
+    return {**arguments, "backend": stand_in}
 
 
 def _model_path(path: Any) -> Any:
