@@ -445,13 +445,29 @@ class PettingZooEnv:
 
     :param env_id: the env's name, as above
     :param env_kwargs: the env's arguments, e.g. ``{"max_cycles": 25, "continuous_actions": True}``
+    :param opponent: for a turn-based game, who plays its other seats (``TurnBasedGame``'s ``opponent``: ``"self"``,
+        ``"random"``, ``"league"``, an ``OpponentPool``...); None leaves the pool's default, ``"self"``
+    :raises ValueError: (when called) for an ``opponent`` given to an env that is not a turn-based game
     """
 
-    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None):
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None, opponent: Any = None):
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
+        self.opponent = opponent
 
     def __call__(self) -> Any:
+        env = self._make()
+        if self.opponent is None:
+            return env
+        if not is_turn_based(env):
+            env.close()
+            raise ValueError(
+                f"Invalid opponent={self.opponent!r} for {self.env_id}: an opponent plays the other seats of a"
+                " turn-based game (a PettingZoo AEC game such as classic/connect_four-v3), and this env is not one"
+            )
+        return TurnBasedGame(env, opponent=self.opponent)
+
+    def _make(self) -> Any:
         module = _env_module(self.env_id)
         if module is not None:
             return (getattr(module, "parallel_env", None) or module.env)(**self.env_kwargs)
@@ -466,10 +482,15 @@ class PettingZooEnv:
         return pettingzoo.make(env_type, self.env_id, **self.env_kwargs)  # type: ignore[call-overload]
 
     def __repr__(self) -> str:
-        return f"PettingZooEnv({self.env_id!r}, {self.env_kwargs!r})"
+        opponent = "" if self.opponent is None else f", opponent={self.opponent!r}"
+        return f"PettingZooEnv({self.env_id!r}, {self.env_kwargs!r}{opponent})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, PettingZooEnv) and (other.env_id, other.env_kwargs) == (self.env_id, self.env_kwargs)
+        return isinstance(other, PettingZooEnv) and (other.env_id, other.env_kwargs, other.opponent) == (
+            self.env_id,
+            self.env_kwargs,
+            self.opponent,
+        )
 
     def __hash__(self) -> int:
         return hash(self.env_id)

@@ -25,13 +25,32 @@ __all__ = ["GameEvalCallback", "GameResults", "play_games"]
 
 @dataclass
 class GameResults:
-    """Wins, draws and losses of one player per seat over a match (``results[seat] = [wins, draws, losses]``)."""
+    """Wins, draws and losses of one player per seat over a match (``results[seat] = [wins, draws, losses]``), and
+    the player's return in each game (``rewards[seat]``: the game's reward, e.g. chips won in poker)."""
 
     seats: list[str]
     results: dict[int, list[int]] = field(default_factory=dict)
+    rewards: dict[int, list[float]] = field(default_factory=dict)
 
-    def add(self, seat: int, result: int) -> None:
+    def add(self, seat: int, result: int, reward: float | None = None) -> None:
         self.results.setdefault(seat, [0, 0, 0])[1 - result] += 1
+        if reward is not None:
+            self.rewards.setdefault(seat, []).append(float(reward))
+
+    def _returns(self, seat: int | None) -> np.ndarray:
+        return np.array([r for s, rewards in self.rewards.items() if seat is None or s == seat for r in rewards])
+
+    def mean_reward(self, seat: int | None = None) -> float:
+        """The player's mean return per game, over every game (``seat=None``) or the games of one seat (NaN if none
+        was recorded)."""
+        returns = self._returns(seat)
+        return float(returns.mean()) if returns.size else float("nan")
+
+    def reward_standard_error(self, seat: int | None = None) -> float:
+        """The standard error of :meth:`mean_reward`: the returns' sample standard deviation over the root of their
+        number (NaN for fewer than 2 games)."""
+        returns = self._returns(seat)
+        return float(returns.std(ddof=1) / np.sqrt(returns.size)) if returns.size > 1 else float("nan")
 
     def rates(self, seat: int | None = None) -> tuple[float, float, float]:
         """The win, draw and loss rates over every game (``seat=None``) or the games of one seat."""
@@ -50,6 +69,8 @@ class GameResults:
             label = "" if seat is None else f"seat_{seat}_"
             for name, rate in zip(("win", "draw", "loss"), self.rates(seat), strict=True):
                 out[f"{prefix}{label}{name}_rate"] = rate
+            if self.rewards:
+                out[f"{prefix}{label}mean_reward"] = self.mean_reward(seat)
         return out
 
     def __str__(self) -> str:
@@ -57,6 +78,8 @@ class GameResults:
         for seat in sorted(self.results):
             win, draw, loss = self.rates(seat)
             parts.append(f"seat {seat} ({self.seats[seat]}): {win:.3f} / {draw:.3f} / {loss:.3f}")
+        if self.rewards:
+            parts.append(f"mean reward {self.mean_reward():.3f} +/- {self.reward_standard_error():.3f}")
         return "; ".join(parts)
 
 
@@ -82,7 +105,8 @@ def play_games(
 ) -> GameResults:
     """Play ``n_games`` of the turn-based game against ``opponent``, the seats alternating (``n_games / seats`` at each),
     the moves from ``model.predict(obs, action_masks=mask)``: never an illegal one. A game that ends before the model's
-    first move (the opponent folds) counts as one of them.
+    first move (the opponent folds) counts as one of them. The results hold each game's return too (its rewards to the
+    model's seat: chips in poker, +1 / 0 / -1 in the board games).
 
     :param model: anything with SB3's ``predict`` and ``action_masks`` (our algorithms, ``MaskablePPO``)
     :param game: a factory of the PettingZoo AEC env, e.g. ``connect_four_v3.env``
@@ -104,14 +128,16 @@ def play_games(
         quota, played = n_games // len(seats) + (seat < n_games % len(seats)), 0
         while played < quota:
             observation, _ = env.reset(seed=int(rng.integers(2**31)))
-            done, info = False, dict[str, Any]()
+            done, info, reward = False, dict[str, Any](), 0.0
             while not done:
                 action, _ = model.predict(observation, action_masks=env.action_masks(), deterministic=deterministic)
-                observation, _, terminated, truncated, info = env.step(int(np.asarray(action).reshape(-1)[0]))
+                observation, step_reward, terminated, truncated, info = env.step(int(np.asarray(action).reshape(-1)[0]))
+                reward += float(step_reward)
                 done = terminated or truncated
             # the games that ended before the model's first move count too (the opponent folded, resigned...)
-            for game_info in [*info["game"].get("ended_at_reset", ()), info["game"]][: quota - played]:
-                results.add(seat, game_info["result"])
+            ended_at_reset = [(game_info, game_info["r"]) for game_info in info["game"].get("ended_at_reset", ())]
+            for game_info, game_reward in [*ended_at_reset, (info["game"], reward)][: quota - played]:
+                results.add(seat, game_info["result"], game_reward)
                 played += 1
         env.close()
     return results

@@ -18,9 +18,36 @@ from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
 from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_async.common.masks import masking_supported
+from sb3_async.env_pool.turns import OPPONENTS
+from sb3_async.games.league import OpponentPool
 from sb3_async.validation import check_nonnegative
 from sb3_async.zoo.algorithms import zoo_algorithm
 from sb3_async.zoo.pettingzoo_envs import env_agents, make_pettingzoo_vec_env, registered_pettingzoo_id
+
+
+def zoo_opponent(value: Any, pettingzoo_id: str | None) -> Any:
+    """The ``opponent`` hyperparameter as ``TurnBasedGame`` takes it: ``"self"``, ``"random"`` or ``"league"`` as
+    they are, a dict as the arguments of an :class:`~sb3_async.games.OpponentPool` (a league with those settings,
+    e.g. ``{snapshot_interval: 200, size: 10}``).
+
+    :raises ValueError: for an env that is not a PettingZoo game, or another value
+    """
+    if pettingzoo_id is None:
+        raise ValueError(
+            f"Invalid hyperparameter opponent={value!r}: it chooses who plays the other seats of a turn-based"
+            " PettingZoo game (e.g. --env classic/connect_four-v3), and this env is a gymnasium env"
+        )
+    if isinstance(value, dict):
+        try:
+            return OpponentPool(**value)
+        except TypeError as error:
+            raise ValueError(f"Invalid hyperparameter opponent={value!r}: {error} (OpponentPool's arguments)") from None
+    if isinstance(value, str) and value in OPPONENTS:
+        return value
+    raise ValueError(
+        f"Invalid hyperparameter opponent={value!r}: expected one of {', '.join(map(repr, OPPONENTS))} or a dict of"
+        " OpponentPool's arguments"
+    )
 
 
 class BudgetedTrialEvalCallback(TrialEvalCallback):
@@ -82,12 +109,18 @@ class _PettingZooPools:
     copies of the env instead (:func:`~sb3_async.zoo.pettingzoo_envs.make_pettingzoo_vec_env`)."""
 
     def __init__(
-        self, pettingzoo_id: str, env_kwargs: dict[str, Any], wrapper_class: Any, vec_env_class: type[VecEnv]
+        self,
+        pettingzoo_id: str,
+        env_kwargs: dict[str, Any],
+        wrapper_class: Any,
+        vec_env_class: type[VecEnv],
+        opponent: Any = None,
     ) -> None:
         self.pettingzoo_id = pettingzoo_id
         self.env_kwargs = env_kwargs
         self.wrapper_class = wrapper_class
         self.vec_env_class = vec_env_class
+        self.opponent = opponent
 
     def __call__(self, env_fns: list[Any], **vec_env_kwargs: Any) -> VecEnv:
         return make_pettingzoo_vec_env(
@@ -97,6 +130,7 @@ class _PettingZooPools:
             env_kwargs=self.env_kwargs,
             vec_env_cls=self.vec_env_class,
             vec_env_kwargs=vec_env_kwargs,
+            opponent=self.opponent,
         )
 
 
@@ -110,13 +144,24 @@ class ZooExperimentManager(ExperimentManager):
       ``-n N`` trains ``N`` more steps, and the schedules, logs and checkpoint names go on from the saved count;
     - for an env id :func:`~sb3_async.zoo.pettingzoo_envs` registered (any algorithm): the envs are pools of the
       PettingZoo env's copies, one slot per agent; the evaluation env takes the YAML's ``env_kwargs`` unless
-      ``--eval-env-kwargs`` is given; ``--eval-freq`` and ``--save-freq`` count the steps of all the slots.
+      ``--eval-env-kwargs`` is given; ``--eval-freq`` and ``--save-freq`` count the steps of all the slots;
+    - for a turn-based PettingZoo game, the hyperparameter ``opponent`` (YAML or ``--hyperparams``) chooses who plays
+      the other seats of the training games (:func:`zoo_opponent`); the evaluation games play a random legal player.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         #: The PettingZoo env's id, None for a gymnasium env.
         self.pettingzoo_id = registered_pettingzoo_id(self.env_name.gym_id)
+        #: The training games' ``opponent`` (the hyperparameter), None for the default
+        self.opponent: Any = None
+
+    def _preprocess_hyperparams(self, hyperparams: dict[str, Any]) -> Any:
+        """The zoo's, less ``opponent``, which is the training envs' (not an argument of the algorithm)."""
+        if "opponent" in hyperparams:
+            hyperparams = dict(hyperparams)
+            self.opponent = zoo_opponent(hyperparams.pop("opponent"), self.pettingzoo_id)
+        return super()._preprocess_hyperparams(hyperparams)
 
     def create_envs(self, n_envs: int, eval_env: bool = False, no_log: bool = False) -> VecEnv:
         """The zoo's envs; for a PettingZoo env, its copies in a pool (wrapped as the zoo wraps any VecEnv)."""
@@ -126,7 +171,8 @@ class ZooExperimentManager(ExperimentManager):
         # for the class during this one call (the env kwargs differ between training and evaluation envs).
         vec_env_class = self.vec_env_class
         env_kwargs = self.eval_env_kwargs if eval_env else self.env_kwargs
-        pools = _PettingZooPools(self.pettingzoo_id, env_kwargs, self.env_wrapper, cast(type[VecEnv], vec_env_class))
+        opponent = None if eval_env else self.opponent
+        pools = _PettingZooPools(self.pettingzoo_id, env_kwargs, self.env_wrapper, cast(type[VecEnv], vec_env_class), opponent)
         self.vec_env_class = pools  # type: ignore[assignment]
         try:
             return super().create_envs(n_envs, eval_env, no_log)

@@ -62,6 +62,7 @@ def make_pettingzoo_vec_env(
     wrapper_kwargs: dict[str, Any] | None = None,
     *,
     one_copy_as_one_env: bool = False,
+    opponent: Any = None,
 ) -> VecEnv:
     """What the zoo's ``make_vec_env`` calls build for the PettingZoo env ``pettingzoo_id`` (then SB3's
     ``make_vec_env`` arguments; its ``env_id``, the zoo's maker, is not used): ``n_envs`` copies of the env
@@ -72,6 +73,8 @@ def make_pettingzoo_vec_env(
 
     :param one_copy_as_one_env: with ``n_envs=1``, dones that are true as a whole when the copy's episode ends (for
         the loops of the zoo's scripts that step one env, see :class:`_OneCopyVecEnv`)
+    :param opponent: who plays the other seats of a turn-based game (``TurnBasedGame``'s ``opponent``), None for the
+        pool's default (``"self"``)
     :raises ValueError: for an ``env_wrapper`` (gymnasium wrappers cannot wrap a PettingZoo env)
     """
     if wrapper_class is not None:
@@ -79,7 +82,7 @@ def make_pettingzoo_vec_env(
             f"env_wrapper cannot wrap the PettingZoo env {pettingzoo_id}: gymnasium wrappers take a gymnasium env"
         )
     n_hosts = 0 if vec_env_cls in (None, DummyVecEnv) else None
-    pool = AsyncEnvPool(PettingZooEnv(pettingzoo_id, env_kwargs), n_envs=n_envs, n_hosts=n_hosts)
+    pool = AsyncEnvPool(PettingZooEnv(pettingzoo_id, env_kwargs, opponent), n_envs=n_envs, n_hosts=n_hosts)
     venv: VecEnv = pool.as_vec_env()
     venv.seed(seed)
     return _OneCopyVecEnv(venv) if one_copy_as_one_env and n_envs == 1 else venv

@@ -328,3 +328,30 @@ def test_seat_statistics_are_the_rates_of_each_seats_episodes() -> None:
         "rollout/seat_1_win_rate": 0.0,
         "rollout/seat_1_loss_rate": 1.0,
     }
+
+
+def test_game_results_hold_each_games_return_with_its_standard_error() -> None:
+    results = GameResults(["player_0", "player_1"])
+    for seat, result, reward in [(0, 1, 2.0), (0, -1, -1.0), (1, 0, 0.0), (1, 1, 3.0)]:
+        results.add(seat, result, reward)
+    assert results.mean_reward() == pytest.approx(1.0)
+    # sample standard deviation of [2, -1, 0, 3]: sqrt(((1)^2 + (-2)^2 + (-1)^2 + 2^2) / 3) = sqrt(10 / 3)
+    assert results.reward_standard_error() == pytest.approx(np.sqrt(10 / 3) / 2)
+    assert results.mean_reward(seat=0) == pytest.approx(0.5)
+    assert results.as_dict()["seat_1_mean_reward"] == pytest.approx(1.5)
+    assert "mean reward 1.000 +/- 0.913" in str(results)
+
+
+def test_play_games_records_the_chips_of_each_hand_folds_included() -> None:
+    """Leduc hold'em against a random player: each hand's return has the sign of its result, and the hands the
+    opponent folded before the model's first move count with their chips."""
+    from pettingzoo.classic import leduc_holdem_v4
+
+    model = sb3_async.A3C("MlpPolicy", lambda: TurnBasedGame(leduc_holdem_v4.env()), n_workers=1, seed=0)
+    results = play_games(model, leduc_holdem_v4.env, 60, seed=0)
+    assert results.games == 60 and sum(len(rewards) for rewards in results.rewards.values()) == 60
+    for seat, rewards in results.rewards.items():
+        wins, draws, losses = results.results[seat]
+        assert sum(r > 0 for r in rewards) == wins and sum(r < 0 for r in rewards) == losses
+        assert sum(r == 0 for r in rewards) == draws
+    assert np.isfinite(results.reward_standard_error())

@@ -26,6 +26,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
 from sb3_async import A3C, AEDDPG, AsyncNStepQ, zoo
 from sb3_async.common.atari_wrappers import MaxAndSkipEnv
+from sb3_async.env_pool.multi_agent import PettingZooEnv
 from tests.helpers import zoo_build
 
 REPO = Path(__file__).resolve().parents[2]
@@ -646,3 +647,36 @@ def test_a_game_trains_from_the_cli_and_enjoy_plays_it(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert "Episode Reward" in out and "Mean reward:" in out
+
+
+def test_the_opponent_hyperparameter_chooses_a_league_for_the_training_games(tmp_path: Path) -> None:
+    """``opponent`` in a game's entry (here from ``--hyperparams``) is the training games' ``TurnBasedGame`` opponent,
+    not an argument of the algorithm: a dict is an OpponentPool, whose snapshots the saved model's league keeps."""
+    (tmp_path / "games.yml").write_text(
+        "classic/tictactoe-v3:\n  policy: 'MlpPolicy'\n  n_envs: 2\n  n_workers: 2\n  n_envs_per_worker: 1\n"
+        "  n_timesteps: 3000\n  opponent: 'random'\n"
+    )
+    run_cli(
+        "sb3_async.train",
+        *("--algo", "a3c", "--env", "classic/tictactoe-v3", "-conf", "games.yml", "--eval-freq", "-1", "--seed", "0"),
+        *("--hyperparams", "opponent:dict(snapshot_interval=20,size=2)"),
+        cwd=tmp_path,
+    )
+    model = A3C.load(tmp_path / "logs" / "a3c" / "classic-tictactoe-v3_1" / "classic-tictactoe-v3.zip")
+    assert model.league is not None
+    assert 1 <= len(model.league.snapshots) <= 4  # 2 workers keep 2 each
+    assert sum(sum(results) for name, results in model.league.results.items() if name != "latest") > 0
+
+
+def test_the_opponent_hyperparameter_is_refused_where_it_does_not_apply(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="opponent='league'.*gymnasium env"):
+        zoo.experiment.zoo_opponent("league", None)
+    with pytest.raises(ValueError, match="opponent='me'.*expected one of"):
+        zoo.experiment.zoo_opponent("me", "classic/tictactoe-v3")
+    with pytest.raises(ValueError, match="OpponentPool's arguments"):
+        zoo.experiment.zoo_opponent({"every": 3}, "classic/tictactoe-v3")
+    assert zoo.experiment.zoo_opponent({"size": 3}, "classic/tictactoe-v3").size == 3
+    factory = PettingZooEnv("mpe2/simple_spread_v3", opponent="random")
+    pytest.importorskip("mpe2")
+    with pytest.raises(ValueError, match="opponent='random' for mpe2/simple_spread_v3.*not one"):
+        factory()
