@@ -205,6 +205,31 @@ def test_multi_agent_pettingzoo_env_trains_on_the_cluster(cluster):
 
 
 @pytest.mark.ray
+def test_a3c_plays_its_league_on_the_cluster_and_keeps_it_through_save_and_load(cluster, tmp_path):
+    """The league's snapshots and results reach the driver from workers on both nodes; the saved model keeps them."""
+    tictactoe_v3 = pytest.importorskip("pettingzoo.classic.tictactoe_v3")
+    from sb3_async.env_pool.turns import TurnBasedGame
+    from sb3_async.games import OpponentPool
+
+    def tictactoe_league():  # pickled by value (a closure), as a user's script's factory
+        return TurnBasedGame(tictactoe_v3.raw_env(), opponent=OpponentPool(snapshot_interval=10, size=2))
+
+    model = A3C("MlpPolicy", tictactoe_league, n_workers=2, n_envs_per_worker=2, backend="ray", seed=0)
+    callback = OnSteps(at=0)
+    model.learn(2_000, callback=callback)
+    assert len(callback.nodes) == 2
+    record = model.league
+    assert record is not None
+    assert {name.split(".")[1] for name in record.snapshots} == {"0", "1"}  # both workers' snapshots
+    assert all(len([n for n in record.snapshots if n.startswith(f"0.{rank}.")]) <= 2 for rank in (0, 1))
+    snapshot_games = sum(sum(results) for name, results in record.results.items() if name != "latest")
+    assert snapshot_games > 0 and sum(record.results["latest"]) > 0
+    model.save(tmp_path / "model.zip")
+    loaded = A3C.load(tmp_path / "model.zip")
+    assert loaded.league is not None and list(loaded.league.snapshots) == list(record.snapshots)
+
+
+@pytest.mark.ray
 def test_pause_parks_the_workers_on_every_node(cluster):
     """``pause_workers()`` (frozen evaluations) holds the workers of every host: no step while paused."""
     counts = []
