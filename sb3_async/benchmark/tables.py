@@ -227,6 +227,7 @@ class SummaryRow:
     toughness: float  # higher: the peer does better against ours
     entry: str = ""  # ours' hyperparameters in that folder
     created: str = ""  # when that folder's (last) invocation ran
+    host: str = ""  # the machine that folder was measured on
 
 
 def _time_value(stat: GroupStats, with_final: bool) -> str:
@@ -304,9 +305,17 @@ def _created(results: dict[str, Any]) -> str:
     return max([results["created"], *(part["created"] for part in results.get("parts") or [])])
 
 
+def _host(results: dict[str, Any]) -> str:
+    machine = results.get("machine") or {}
+    cpus = machine.get("usable_cpus") or machine.get("cpu_count") or machine.get("cpus")
+    return f"{machine.get('cpu_model', 'unknown CPU')}" + (f", {cpus} cores" if cpus else "")
+
+
 def render_summary(folders: Sequence[dict[str, Any]]) -> list[str]:
     """Per (task, ours): the races of ours' newest zoo entry only (a race of an entry since changed does not describe
-    the entry a user gets), and of those the row where the peer does best against ours."""
+    the entry a user gets), and of those the row where the peer does best against ours. Each row says the host and the
+    day its folder was measured (a row's ratio comes from one folder: one host, one sitting); the notes say when the
+    rows come from several hosts, and name the peers that raced only an earlier entry of ours."""
     candidates: dict[tuple[str, str], list[SummaryRow]] = {}
     for results in folders:
         if results["suite"]["kind"] != "race":
@@ -314,17 +323,44 @@ def render_summary(folders: Sequence[dict[str, Any]]) -> list[str]:
         rows = _time_rows(results) if results["suite"].get("stop_at_threshold", True) else _score_rows(results)
         for row in rows:
             row.entry, row.created = _entry(results, row.task.split(":")[0], row.ours), _created(results)
+            row.host = _host(results)
             candidates.setdefault((row.task, row.ours), []).append(row)
     best: dict[tuple[str, str], SummaryRow] = {}
+    earlier: list[str] = []
     for key, rows in candidates.items():
         newest = max(rows, key=lambda row: row.created).entry
         best[key] = max((row for row in rows if row.entry == newest), key=lambda row: row.toughness)
+        raced = {row.peer for row in rows if row.entry == newest}
+        for peer in sorted({row.peer for row in rows if row.entry != newest} - raced):
+            earlier.append(f"{key[1]} against {peer} on {key[0].split(':')[0]}")
     if not best:
         raise ValueError("No race with a pair of an sb3_async algorithm and its peer in these folders")
-    return table(
-        ["task", "ours", "best peer", "ours: result", "peer: result", "ratio (ours / peer)", "ours ahead"],
-        ([row.task, row.ours, row.peer, row.ours_value, row.peer_value, row.ratio, row.ahead] for row in best.values()),
+    lines = table(
+        ["task", "ours", "best peer", "ours: result", "peer: result", "ratio (ours / peer)", "ours ahead", "measured"],
+        (
+            [
+                row.task,
+                row.ours,
+                row.peer,
+                row.ours_value,
+                row.peer_value,
+                row.ratio,
+                row.ahead,
+                f"{row.host}, {row.created[:10]}",
+            ]  # fmt: skip
+            for row in best.values()
+        ),
     )
+    hosts = sorted({row.host for row in best.values()})
+    notes = []
+    if len(hosts) > 1:
+        notes.append(
+            f"The rows were measured on {len(hosts)} kinds of host ({'; '.join(hosts)}): each ratio divides times of one"
+            " folder, measured on one host in one sitting; seconds of different rows are not comparable."
+        )
+    if earlier:
+        notes.append(f"Raced only against an earlier entry of ours, so not shown: {'; '.join(earlier)}.")
+    return lines + (["", " ".join(notes)] if notes else [])
 
 
 def render_script(results: dict[str, Any]) -> list[str]:

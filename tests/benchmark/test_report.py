@@ -83,7 +83,10 @@ def test_envs_and_score_tables() -> None:
 def test_summary_keeps_the_toughest_peer_and_shows_losses() -> None:
     budget = _results([_record("ae_ddpg", 0, None, 900.0), _record("td3", 0, None, 1200.0)], stop_at_threshold=False)
     text = tables.render_results([RACE, budget], "summary")
-    assert "| CartPole-v1: time to 475 | a3c | ppo | 12.0 s (2/3) | 6.0 s (3/3) | 2.00 | no |" in text
+    assert (
+        "| CartPole-v1: time to 475 | a3c | ppo | 12.0 s (2/3) | 6.0 s (3/3) | 2.00 | no | test cpu, 2 cores, 2026-01-01 |"
+        in text
+    )
     assert "| a3c | a2c |" not in text  # one row per (task, ours)
     assert "| CartPole-v1: score after 30 s | ae_ddpg | td3 | 900 | 1,200 | 0.75 | no |" in text
 
@@ -201,10 +204,21 @@ def test_summary_counts_only_races_of_the_newest_entry() -> None:
     new["created"] = "2026-02-01T00:00:00+00:00"
     text = tables.render_results([old, new], "summary")
     assert "| CartPole-v1: time to 475 | a3c | ppo | 5.0 s (1/1) | 10.0 s (1/1) | 0.50 | yes |" in text
-    assert "a2c" not in text  # the race of the older entry, lost, does not describe today's entry
+    assert "| a2c |" not in text  # the race of the older entry, lost, does not describe today's entry
+    assert "Raced only against an earlier entry of ours, so not shown: a3c against a2c on CartPole-v1." in text
     same_entry = _results(entry([_record("a3c", 0, None, 100.0), _record("a2c", 0, 20.0, 480.0)], 2000))
     assert "| a3c | a2c | n/r (1/1) |" not in tables.render_results([same_entry, new], "summary")
     assert "| a3c | a2c |" in tables.render_results([same_entry, new], "summary")  # a loss of today's entry shows
+
+
+def test_summary_says_where_each_row_was_measured_and_when_hosts_differ() -> None:
+    other = copy.deepcopy(RACE)
+    other["machine"]["cpu_model"] = "other cpu"
+    budget = _results([_record("ae_ddpg", 0, None, 900.0), _record("td3", 0, None, 1200.0)], stop_at_threshold=False)
+    assert "kinds of host" not in tables.render_results([RACE, budget], "summary")
+    text = tables.render_results([other, budget], "summary")
+    assert "| 2.00 | no | other cpu, 2 cores, 2026-01-01 |" in text and "| 0.75 | no | test cpu, 2 cores, 2026-01-01 |" in text
+    assert "The rows were measured on 2 kinds of host (other cpu, 2 cores; test cpu, 2 cores)" in text
 
 
 def test_algos_keep_their_rows_and_their_peers() -> None:
