@@ -20,15 +20,15 @@ One command per game, each run in its own process; one torch thread a process::
         --out benchmarks/results/classic_games
 
 ``--out DIR`` writes ``DIR/results.json`` (every run's command, seconds, steps, evaluations and games, the date, the
-machine and the ``"table"`` computed from them) and ``DIR/README.md``; ``python -m sb3_async.benchmark --report DIR
---markdown --table script`` prints the table, and ``--render DIR`` recomputes it from the runs.
+machine and the ``"table"`` computed from them) and ``DIR/README.md``; the runs of the games not named in ``--games``
+stay there (one row per game, each run dated; a folder of another host is refused). ``python -m sb3_async.benchmark
+--report DIR --markdown --table script`` prints the table, and ``--render DIR`` recomputes it from the runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -157,7 +157,11 @@ def table_of(record: dict) -> dict:
         + ", ".join(f"{LABELS[g]} {n:,}" for g, n in games.items())
         + "); the mean return per game with its standard error (hold'em: chips won per hand, PettingZoo's reward). "
         "Evaluations: the zoo's, against a random legal player (win rates). League: the returned model against each "
-        f"kept snapshot, 20 games each, sampled moves. {record['machine']['cpus']} cores, one torch thread a process."
+        "kept snapshot, 20 games each, sampled moves. One host ("
+        + f"{record['machine']['cpu_model']}, {record['machine']['usable_cpus']} cores, one torch thread a process), "
+        + "runs of "
+        + ", ".join(sorted({run.get("created", record["created"])[:10] for run in record["runs"]}))
+        + "."
     )
     return {
         "title": "The classic games' zoo entries against a random player",
@@ -176,15 +180,13 @@ def table_of(record: dict) -> dict:
 
 
 def machine() -> dict:
-    import platform
-    from importlib import metadata
+    from sb3_async.benchmark.runner import machine_info
 
-    return {
-        "arch": platform.machine(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "versions": {package: metadata.version(package) for package in ("stable_baselines3", "torch", "pettingzoo")},
-    }
+    return machine_info()
+
+
+#: what says two folders were measured on the same kind of host
+HOST = ("cpu_model", "cpu_id", "usable_cpus")
 
 
 def write_folder(out: Path, record: dict) -> None:
@@ -211,18 +213,23 @@ def main() -> None:
     if args.one:
         print(json.dumps(train_and_play(args.one[0], args.seed, Path(args.one[1]))))
         return
+    command = f"python benchmarks/scripts/classic_games.py --games {' '.join(args.games)} --seed {args.seed}"
     record: dict = {
-        "command": f"python benchmarks/scripts/classic_games.py --games {' '.join(args.games)} --seed {args.seed}"
-        + (f" --out {args.out}" if args.out else ""),
+        "command": command + (f" --out {args.out}" if args.out else ""),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "runs": [],
     }
+    if args.out and (args.out / "results.json").exists():  # the other games' runs stay, each with its own date
+        kept = json.loads((args.out / "results.json").read_text())
+        if any(kept["machine"].get(key) != record["machine"][key] for key in HOST):
+            raise SystemExit(f"{args.out} was measured on another host ({kept['machine']}): give another --out")
+        record["runs"] = [run for run in kept["runs"] if run["game"] not in args.games]
     for game in args.games:
         with tempfile.TemporaryDirectory() as folder:
             command = [sys.executable, __file__, "--one", game, folder, "--seed", str(args.seed)]
             line = subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-        run = json.loads(line)
+        run = {**json.loads(line), "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         record["runs"].append(run)
         print(json.dumps({k: v for k, v in run.items() if k not in ("vs_random", "vs_snapshots")}), flush=True)
         if args.out:  # each game as it ends: a later failure keeps the games already played
