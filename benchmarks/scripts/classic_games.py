@@ -17,12 +17,13 @@ plays ``n_games`` against a random legal player, seats alternating, deterministi
 One command per game, each run in its own process; one torch thread a process::
 
     python benchmarks/scripts/classic_games.py --games texas_holdem go connect_four_league \
-        --out benchmarks/results/classic_games
+        --out benchmarks/results/games_race/classic_games.json
 
-``--out DIR`` writes ``DIR/results.json`` (every run's command, seconds, steps, evaluations and games, the date, the
-machine and the ``"table"`` computed from them) and ``DIR/README.md``; the runs of the games not named in ``--games``
-stay there (one row per game, each run dated; a folder of another host is refused). ``python -m sb3_async.benchmark
---report DIR --markdown --table script`` prints the table, and ``--render DIR`` recomputes it from the runs.
+``--out DIR`` writes ``DIR/results.json`` (every run's command, seconds, steps, evaluations and games, the date,
+the machine and the ``"table"`` computed from them) and ``DIR/README.md``; ``--out FILE.json`` writes that file only,
+beside another table's folder. The runs of the games not named in ``--games`` stay there (one row per game, each run
+dated; results of another host are refused). ``python -m sb3_async.benchmark --report DIR --markdown --table script``
+(or ``--report FILE.json``) prints the table, and ``--render DIR`` (or ``FILE.json``) recomputes it from the runs.
 """
 
 from __future__ import annotations
@@ -189,14 +190,21 @@ def machine() -> dict:
 HOST = ("cpu_model", "cpu_id", "usable_cpus")
 
 
+def results_file(out: Path) -> Path:
+    """``out`` itself where it ends in ``.json`` (stored beside another table's results), else ``out/results.json``."""
+    return out if out.suffix == ".json" else out / "results.json"
+
+
 def write_folder(out: Path, record: dict) -> None:
     record = {**record, "table": table_of(record)}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(record, indent=1))
-    (out / "README.md").write_text(
-        f"# {record['table']['title']}\n\n```\n{record['command']}\n```\n\n"
-        f"`python -m sb3_async.benchmark --report {out} --markdown --table script` prints the table.\n"
-    )
+    path = results_file(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1))
+    if out.suffix != ".json":
+        (out / "README.md").write_text(
+            f"# {record['table']['title']}\n\n```\n{record['command']}\n```\n\n"
+            f"`python -m sb3_async.benchmark --report {out} --markdown --table script` prints the table.\n"
+        )
 
 
 def main() -> None:
@@ -208,7 +216,7 @@ def main() -> None:
     parser.add_argument("--one", nargs=2, metavar=("GAME", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.render:
-        write_folder(args.render, json.loads((args.render / "results.json").read_text()))
+        write_folder(args.render, json.loads(results_file(args.render).read_text()))
         return
     if args.one:
         print(json.dumps(train_and_play(args.one[0], args.seed, Path(args.one[1]))))
@@ -220,8 +228,8 @@ def main() -> None:
         "machine": machine(),
         "runs": [],
     }
-    if args.out and (args.out / "results.json").exists():  # the other games' runs stay, each with its own date
-        kept = json.loads((args.out / "results.json").read_text())
+    if args.out and results_file(args.out).exists():  # the other games' runs stay, each with its own date
+        kept = json.loads(results_file(args.out).read_text())
         if any(kept["machine"].get(key) != record["machine"][key] for key in HOST):
             raise SystemExit(f"{args.out} was measured on another host ({kept['machine']}): give another --out")
         record["runs"] = [run for run in kept["runs"] if run["game"] not in args.games]
